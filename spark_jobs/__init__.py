@@ -1,0 +1,1 @@
+"""PySpark jobs: the long-running stream, the bounded backfill and what they share."""

@@ -1,0 +1,27 @@
+"""The one way streamfill builds a SparkSession: the project's interpreter on every worker, any master."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from streamfill.settings import Settings, get_settings
+
+
+def spark_session(app_name: str, settings: Settings | None = None,
+                  conf: dict[str, str] | None = None) -> SparkSession:
+    """A session on settings.spark_master whose Python workers run this interpreter (not `python3` on PATH)."""
+    settings = settings or get_settings()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
+    builder = (SparkSession.builder.master(settings.spark_master).appName(app_name)
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

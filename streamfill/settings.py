@@ -1,0 +1,55 @@
+"""Every setting of the local stack and the jobs, read from `STREAMFILL_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamfill import REPO_ROOT
+
+
+class Settings(BaseSettings):
+    """Ports, directories and URLs; each field is `STREAMFILL_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMFILL_", extra="ignore")
+
+    home: Path = Field(REPO_ROOT / ".stack", description="where the local stack keeps data, logs and pids")
+    host: str = Field("127.0.0.1", description="the address every local service listens on")
+    pg_port: int = Field(5432, ge=1, le=65535)
+    kafka_port: int = Field(9092, ge=1, le=65535)
+    kafka_controller_port: int = Field(9093, ge=1, le=65535)
+    airflow_port: int = Field(8080, ge=1, le=65535)
+    airflow_worker_log_port: int = Field(8793, ge=1, le=65535)
+    airflow_triggerer_log_port: int = Field(8794, ge=1, le=65535)
+    airflow_parallelism: int = Field(4, ge=1, description="LocalExecutor workers; 32 by default in Airflow")
+    db_user: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
+    spark_master: str = Field("local[*]", description="any Spark master URL")
+    start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer")
+
+    @property
+    def offsets_db_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        return f"postgresql+psycopg2://{self.db_user}@{self.host}:{self.pg_port}/{self.db_name}"
+
+    @property
+    def airflow_db_url(self) -> str:
+        return f"postgresql+psycopg2://{self.db_user}@{self.host}:{self.pg_port}/{self.airflow_db_name}"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka_bootstrap_servers or f"{self.host}:{self.kafka_port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,136 @@
+"""Airflow standalone (API server, scheduler, DAG processor, triggerer) with its metadata in the stack's PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from streamfill import REPO_ROOT
+from streamfill.settings import Settings
+from streamfill.stack.process import StackError, pid_alive, read_pid, spawn, stop_group, wait_until
+from streamfill.stack.service import Service, Status
+
+ADMIN = "admin"
+
+
+def airflow_home(settings: Settings) -> Path:
+    return settings.home / "airflow"
+
+
+def airflow_env(settings: Settings) -> dict[str, str]:
+    """The environment every Airflow process of the local stack runs with (CLI calls in tests included)."""
+    s = settings
+    base = f"http://{s.host}:{s.airflow_port}"
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home(s)),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(s.airflow_parallelism),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": s.airflow_db_url,
+        "AIRFLOW__API__HOST": s.host,
+        "AIRFLOW__API__PORT": str(s.airflow_port),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.airflow_worker_log_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.airflow_triggerer_log_port),
+        "AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL": "30",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        "STREAMFILL_HOME": str(s.home),
+    }
+
+
+def airflow_bin() -> str:
+    """The `airflow` of this interpreter's environment, so the stack never picks up another install."""
+    candidate = Path(sys.executable).parent / "airflow"
+    return str(candidate) if candidate.exists() else (shutil.which("airflow") or "airflow")
+
+
+def admin_password(settings: Settings) -> str:
+    path = airflow_home(settings) / "simple_auth_manager_passwords.json.generated"
+    return json.loads(path.read_text())[ADMIN]
+
+
+class Airflow(Service):
+    name = "airflow"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.settings.home / "run" / "airflow.pid"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.airflow_port}"
+
+    def ports(self) -> list[tuple[int, str]]:
+        s = self.settings
+        return [(s.airflow_port, "STREAMFILL_AIRFLOW_PORT"),
+                (s.airflow_worker_log_port, "STREAMFILL_AIRFLOW_WORKER_LOG_PORT"),
+                (s.airflow_triggerer_log_port, "STREAMFILL_AIRFLOW_TRIGGERER_LOG_PORT")]
+
+    def prepare(self) -> None:
+        home = airflow_home(self.settings)
+        home.mkdir(parents=True, exist_ok=True)
+        passwords = home / "simple_auth_manager_passwords.json.generated"
+        if not passwords.exists():
+            passwords.write_text(json.dumps({ADMIN: secrets.token_urlsafe(12)}))
+            passwords.chmod(0o600)
+
+    def running(self) -> bool:
+        pid = read_pid(self.pid_file)
+        return pid is not None and pid_alive(pid)
+
+    def start(self) -> None:
+        pid = spawn([airflow_bin(), "standalone"], log=self.log, pid_file=self.pid_file,
+                    env=airflow_env(self.settings), cwd=airflow_home(self.settings))
+        wait_until(self.healthy, timeout=self.settings.start_timeout, service=self.name, log=self.log,
+                   alive=lambda: pid_alive(pid))
+
+    def health(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=3) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def healthy(self) -> bool:
+        h = self.health()
+        return bool(h) and all(
+            (h.get(c) or {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer",
+                                                                   "dag_processor"))
+
+    def stop(self) -> None:
+        pid = read_pid(self.pid_file)
+        if pid is not None and pid_alive(pid):
+            stop_group(pid, timeout=30)
+        self.pid_file.unlink(missing_ok=True)
+
+    def status(self) -> Status:
+        running = self.running()
+        try:
+            login = f"login {ADMIN} / {admin_password(self.settings)} at {self.url}"
+        except (OSError, KeyError, ValueError):
+            login = "not set up yet"
+        if running:
+            h = self.health() or {}
+            unhealthy = [c for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                         if (h.get(c) or {}).get("status") != "healthy"]
+            if unhealthy:
+                login += f"; not healthy: {', '.join(unhealthy)}"
+        return Status(self.name, self.url, read_pid(self.pid_file) if running else None, running,
+                      running and self.healthy(), self.log, login)
+
+
+def check_prerequisites() -> None:
+    if not Path(airflow_bin()).exists() and shutil.which("airflow") is None:
+        raise StackError("the `airflow` command is missing: run `make install`")

@@ -1,0 +1,56 @@
+"""What the stack asks of each local service."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamfill.settings import Settings
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    address: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    log: Path
+    detail: str = ""
+
+
+class Service(ABC):
+    name: str
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @property
+    def log(self) -> Path:
+        return self.settings.logs / f"{self.name}.log"
+
+    @abstractmethod
+    def ports(self) -> list[tuple[int, str]]:
+        """(port, setting that changes it) for every port the service listens on."""
+
+    def prepare(self) -> None:
+        """Install, fetch and initialise whatever start() needs; idempotent."""
+
+    @abstractmethod
+    def running(self) -> bool:
+        """True when the process that up() started is alive."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start and wait until a real request succeeds."""
+
+    @abstractmethod
+    def healthy(self) -> bool:
+        """One real request (metadata, SELECT 1, health endpoint) answered."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def status(self) -> Status: ...

@@ -1,0 +1,45 @@
+"""Spark: local mode by default, so nothing to start; health means a JVM and this interpreter's PySpark."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from streamfill.stack.service import Service, Status
+
+
+class Spark(Service):
+    name = "spark"
+
+    def ports(self) -> list[tuple[int, str]]:
+        return []
+
+    def running(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def healthy(self) -> bool:
+        java = shutil.which("java")
+        if java is None:
+            return False
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            return False
+        return subprocess.run([java, "-version"], capture_output=True).returncode == 0
+
+    def status(self) -> Status:
+        try:
+            import pyspark
+
+            version = pyspark.__version__
+        except ImportError:
+            version = "missing"
+        return Status(self.name, self.settings.spark_master, None, True, self.healthy(), self.log,
+                      f"PySpark {version}, PYSPARK_PYTHON={sys.executable}")

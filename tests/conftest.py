@@ -1,0 +1,33 @@
+"""Session fixtures: integration tests use the running local stack and start it when it is not running."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from streamfill import stack
+from streamfill.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def stack_settings() -> Settings:
+    """The local stack, up and healthy; stopped again at the end when this session started it."""
+    settings = Settings()
+    started = not all(s.healthy for s in stack.status(settings))
+    if started:
+        stack.up(settings)
+    yield settings
+    if started and os.environ.get("STREAMFILL_KEEP_STACK") != "1":
+        stack.down(settings)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(stack_settings: Settings) -> str:
+    return stack_settings.bootstrap_servers
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,38 @@
+import socket
+
+import pytest
+
+from streamfill.settings import Settings
+from streamfill.stack import StackError, _check_ports
+from streamfill.stack.kafka import Kafka
+from streamfill.stack.process import port_free
+
+pytestmark = pytest.mark.unit
+
+
+def test_settings_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMFILL_KAFKA_PORT", "19092")
+    monkeypatch.setenv("STREAMFILL_HOME", str(tmp_path))
+    s = Settings()
+    assert s.bootstrap_servers == "127.0.0.1:19092"
+    assert s.home == tmp_path
+    assert s.offsets_db_url == "postgresql+psycopg2://streamfill@127.0.0.1:5432/streamfill"
+
+
+def test_db_url_setting_wins(monkeypatch):
+    monkeypatch.setenv("STREAMFILL_DB_URL", "postgresql+psycopg2://u@db:5433/x")
+    assert Settings().offsets_db_url == "postgresql+psycopg2://u@db:5433/x"
+
+
+def test_a_port_in_use_names_port_service_and_setting(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_free("127.0.0.1", port)
+        settings = Settings(home=tmp_path, kafka_port=port)
+        with pytest.raises(StackError) as err:
+            _check_ports([Kafka(settings)], settings)
+    msg = str(err.value)
+    assert str(port) in msg and "kafka" in msg and "STREAMFILL_KAFKA_PORT" in msg
+    assert port_free("127.0.0.1", port)
