@@ -1,0 +1,72 @@
+"""The only code that asks the broker about topics and offsets (Spark's KafkaOffsetReaderAdmin)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from connectors.kafka.errors import BrokerError
+from connectors.kafka.offsets import Watermarks
+from connectors.kafka.partitions import TopicPartition
+from connectors.kafka.subscription import TopicMetadata
+
+# librdkafka properties that make sense for a consumer but not for an AdminClient
+_CONSUMER_ONLY = {"isolation.level", "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms",
+                  "max.partition.fetch.bytes", "fetch.message.max.bytes", "queued.min.messages",
+                  "queued.max.messages.kbytes", "check.crcs", "session.timeout.ms", "heartbeat.interval.ms",
+                  "auto.commit.interval.ms", "max.poll.interval.ms", "enable.partition.eof", "client.rack"}
+
+
+class Broker:
+    """Topic metadata and offsets, each in one batched request, with bounded timeouts."""
+
+    def __init__(self, kafka: Mapping[str, str], timeout_s: float = 30.0) -> None:
+        self.kafka = dict(kafka)
+        self.timeout_s = timeout_s
+        conf = {k: v for k, v in self.kafka.items() if k not in _CONSUMER_ONLY}
+        self._admin = AdminClient({**conf, "log_level": conf.get("log_level", "3")})
+        committed = self.kafka.get("isolation.level", "read_committed") == "read_committed"
+        self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+
+    def _fail(self, what: str, exc: BaseException, started: float) -> BrokerError:
+        return BrokerError(f"{what} failed after {time.monotonic() - started:.1f} s against "
+                           f"bootstrap servers {self.kafka.get('bootstrap.servers')}: {exc}. "
+                           "Check that the broker is running and kafka.bootstrap.servers is right")
+
+    def topics(self) -> TopicMetadata:
+        started = time.monotonic()
+        try:
+            md = self._admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise self._fail("listing topics", exc, started) from None
+        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+    def _list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], what: str) -> dict[TopicPartition, int]:
+        if not specs:
+            return {}
+        started = time.monotonic()
+        futures = self._admin.list_offsets(
+            {KTopicPartition(tp.topic, tp.partition): s for tp, s in specs.items()},
+            isolation_level=self._isolation, request_timeout=self.timeout_s)
+        out: dict[TopicPartition, int] = {}
+        try:
+            for ktp, fut in futures.items():
+                out[TopicPartition(ktp.topic, ktp.partition)] = fut.result(timeout=self.timeout_s).offset
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+            raise self._fail(what, exc, started) from None
+        return out
+
+    def watermarks(self, partitions: list[TopicPartition]) -> Watermarks:
+        """(log-start, log-end) per partition; log-end is the last stable offset under read_committed."""
+        low = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "listing earliest offsets")
+        high = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "listing latest offsets")
+        return {tp: (low[tp], high[tp]) for tp in partitions}
+
+    def offsets_for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        found = self._list_offsets({tp: OffsetSpec.for_timestamp(ms) for tp, ms in times.items()},
+                                   "looking up offsets for timestamps")
+        return {tp: (off if off >= 0 else None) for tp, off in found.items()}

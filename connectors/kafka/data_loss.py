@@ -1,0 +1,48 @@
+"""The data-loss rules (design §2): what counts as lost, and whether to fail or record and go on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from connectors.kafka.errors import FAIL_ON_DATA_LOSS_HINT, DataLoss, DataLossError
+from connectors.kafka.offsets import Watermarks
+from connectors.kafka.partitions import Positions, TopicPartition
+
+log = logging.getLogger("streamfill.data_loss")
+
+
+def deleted_partitions(start: Positions, current: Iterable[TopicPartition]) -> list[DataLoss]:
+    """Partitions read before that the broker no longer lists."""
+    now = set(current)
+    return [DataLoss(tp.topic, tp.partition, "partition_deleted", off, off)
+            for tp, off in sorted(start.items()) if tp not in now]
+
+
+def new_partitions(new: Iterable[TopicPartition], watermarks: Watermarks) -> list[DataLoss]:
+    """A partition that appeared while running should start at 0; a later log start lost [0, log-start)."""
+    return [DataLoss(tp.topic, tp.partition, "new_partition_not_from_zero", 0, watermarks[tp][0])
+            for tp in sorted(new) if watermarks[tp][0] > 0]
+
+
+def below_log_start(start: Positions, watermarks: Watermarks) -> list[DataLoss]:
+    """Requested starts that retention or delete_records already removed."""
+    return [DataLoss(tp.topic, tp.partition, "start_below_log_start", off, watermarks[tp][0])
+            for tp, off in sorted(start.items()) if tp in watermarks and off < watermarks[tp][0]]
+
+
+def enforce(events: list[DataLoss], fail_on_data_loss: bool) -> list[DataLoss]:
+    """Raise naming every lost range when failOnDataLoss is true; otherwise log and return the events."""
+    if not events:
+        return events
+    text = "; ".join(e.describe() for e in events)
+    if fail_on_data_loss:
+        raise DataLossError(f"{text}. {FAIL_ON_DATA_LOSS_HINT}")
+    for e in events:
+        log.warning("%s; continuing from the first available offset (failOnDataLoss=false)", e.describe())
+    return events
+
+
+def skip_lost(start: Positions, watermarks: Watermarks) -> Positions:
+    """Where reading continues after a loss: the first available offset."""
+    return {tp: max(off, watermarks[tp][0]) if tp in watermarks else off for tp, off in start.items()}

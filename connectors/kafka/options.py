@@ -1,0 +1,220 @@
+"""Every option of the `streamfill_kafka` source, parsed and validated once, on the driver.
+
+Names follow Spark's Kafka source. Where we differ on purpose: per-partition JSON may leave partitions out
+(they get earliest for a start, latest for an end) unless `strictOffsets=true`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from connectors.kafka.errors import OptionError
+from connectors.kafka.offsets import (
+    EARLIEST, LATEST, Earliest, GlobalTimestamp, Latest, OffsetSpec, SpecificOffsets, TimestampByPartition,
+)
+from connectors.kafka.partitions import TopicPartition
+from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
+
+KNOWN = {
+    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
+    "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "failondataloss",
+    "includeheaders", "strictoffsets", "kafkaconsumer.polltimeoutms", "path",
+}
+# Spark manages these itself; so do we.
+FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
+                   "value.deserializer"}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    kafka: Mapping[str, str]
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec | None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    strict_offsets: bool = False
+    poll_timeout_ms: int = 120_000
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka["bootstrap.servers"]
+
+
+def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate every option; raise OptionError naming the option, the value and the fix."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    if not kafka.get("bootstrap.servers"):
+        raise OptionError("kafka.bootstrap.servers", kafka.get("bootstrap.servers"), "is required",
+                          "Set it to the broker list, e.g. .option('kafka.bootstrap.servers', 'host:9092')")
+    for key in sorted(FORBIDDEN_KAFKA & set(kafka)):
+        raise OptionError(f"kafka.{key}", kafka[key], "is managed by the source (offsets come from the plan)",
+                          "Remove this option")
+    other = {k: v for k, v in opts.items() if not k.startswith("kafka.") and k not in KNOWN}
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("endingOffsets", opts["endingoffsets"], "is not valid for a streaming query",
+                          "Use spark.read for a bounded range, or Trigger.AvailableNow to stop at the current end")
+    if streaming and ("endingtimestamp" in opts or "endingoffsetsbytimestamp" in opts):
+        key = "endingTimestamp" if "endingtimestamp" in opts else "endingOffsetsByTimestamp"
+        raise OptionError(key, opts[key.lower()], "is not valid for a streaming query",
+                          "Use spark.read for a bounded range")
+    subscription = _subscription(opts)
+    starting = _spec(opts, "starting", default=Latest() if streaming else Earliest(), bounded=not streaming)
+    ending = None if streaming else _spec(opts, "ending", default=Latest(), bounded=True)
+    max_per = _positive(opts, "maxOffsetsPerTrigger")
+    min_per = _positive(opts, "minOffsetsPerTrigger")
+    if max_per is not None and min_per is not None and min_per > max_per:
+        raise OptionError("minOffsetsPerTrigger", min_per, f"is larger than maxOffsetsPerTrigger={max_per}",
+                          "Make it at most maxOffsetsPerTrigger")
+    return SourceOptions(
+        kafka=kafka,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=max_per,
+        min_offsets_per_trigger=min_per,
+        max_trigger_delay_ms=_duration_ms(opts.get("maxtriggerdelay", "15m")),
+        min_partitions=_positive(opts, "minPartitions"),
+        max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        strict_offsets=_bool(opts, "strictOffsets", False),
+        poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
+        extra=other,
+    )
+
+
+def _subscription(opts: dict[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    names = {"subscribe": "subscribe", "subscribepattern": "subscribePattern", "assign": "assign"}
+    if len(given) != 1:
+        raise OptionError("subscribe/subscribePattern/assign", ", ".join(names[k] for k in given) or None,
+                          f"exactly one of the three is needed, {len(given)} given",
+                          "Keep exactly one: subscribe='t1,t2', subscribePattern='t.*' or assign='{\"t1\": [0, 1]}'")
+    key = given[0]
+    value = opts[key]
+    if key == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError("subscribe", value, "names no topic", "Give comma-separated topic names")
+        return Subscribe(topics)
+    if key == "subscribepattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise OptionError("subscribePattern", value, f"is not a valid regular expression ({exc})",
+                              "Fix the pattern, e.g. 'orders-.*'") from None
+        return SubscribePattern(value)
+    parsed = _json(value, "assign", 'e.g. {"orders": [0, 1]}')
+    if not isinstance(parsed, dict) or not all(
+            isinstance(ps, list) and all(isinstance(p, int) and p >= 0 for p in ps) for ps in parsed.values()):
+        raise OptionError("assign", value, "must map each topic to a list of partition numbers",
+                          'Write it as {"orders": [0, 1]}')
+    return Assign(tuple(TopicPartition(t, p) for t, ps in parsed.items() for p in ps))
+
+
+def _spec(opts: dict[str, str], side: str, *, default: OffsetSpec, bounded: bool) -> OffsetSpec:
+    """{side}Timestamp wins over {side}OffsetsByTimestamp, which wins over {side}Offsets (Spark's order)."""
+    ts_key, by_ts_key, off_key = f"{side}timestamp", f"{side}offsetsbytimestamp", f"{side}offsets"
+    if ts_key in opts:
+        return GlobalTimestamp(_nonneg_int(opts[ts_key], f"{side}Timestamp", "epoch milliseconds"))
+    if by_ts_key in opts:
+        name = f"{side}OffsetsByTimestamp"
+        return TimestampByPartition(tuple(
+            (tp, _nonneg_int(v, name, "epoch milliseconds")) for tp, v in _per_partition(opts[by_ts_key], name)))
+    if off_key not in opts:
+        return default
+    name, raw = f"{side}Offsets", opts[off_key].strip()
+    if raw.lower() == "earliest":
+        if side == "ending":
+            raise OptionError(name, raw, "earliest is not a valid end", "Use latest or per-partition offsets")
+        return Earliest()
+    if raw.lower() == "latest":
+        if side == "starting" and bounded:
+            raise OptionError(name, raw, "a bounded read cannot start at latest (it would read nothing)",
+                              "Use earliest, per-partition offsets or a timestamp")
+        return Latest()
+    pairs = _per_partition(raw, name)
+    for tp, off in pairs:
+        if not isinstance(off, int) or off < EARLIEST or (side == "ending" and off == EARLIEST):
+            allowed = "-1 (latest) or an offset >= 0" if side == "ending" else "-2 (earliest), -1 (latest) or >= 0"
+            raise OptionError(name, raw, f"offset {off!r} for {tp} is not valid", f"Use {allowed}")
+    if bounded and side == "starting" and any(off == LATEST for _, off in pairs):
+        raise OptionError(name, raw, "a bounded read cannot start at -1 (latest)", "Use -2 or an offset")
+    return SpecificOffsets(tuple(pairs))
+
+
+def _per_partition(raw: str, name: str) -> list[tuple[TopicPartition, object]]:
+    parsed = _json(raw, name, 'e.g. {"orders": {"0": 42, "1": -2}}')
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise OptionError(name, raw, "must map each topic to {partition: value}",
+                          'Write it as {"orders": {"0": 42, "1": -2}}')
+    out = []
+    for topic, parts in parsed.items():
+        for p, v in parts.items():
+            if not str(p).isdigit():
+                raise OptionError(name, raw, f"partition {p!r} of {topic} is not a number",
+                                  'Use partition numbers as keys: {"orders": {"0": 42}}')
+            out.append((TopicPartition(topic, int(p)), v))
+    return out
+
+
+def _json(raw: str, name: str, example: str) -> object:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(name, raw, f"is not valid JSON ({exc.msg} at column {exc.colno})",
+                          f"Fix the JSON, {example}") from None
+
+
+def _positive(opts: dict[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(name, raw, "is not a whole number", "Give a positive integer, e.g. 10000") from None
+    if value <= 0:
+        raise OptionError(name, raw, "must be positive", "Give a positive integer, e.g. 10000")
+    return value
+
+
+def _nonneg_int(raw: object, name: str, unit: str) -> int:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise OptionError(name, raw, f"is not a whole number of {unit}", f"Give {unit}, e.g. 1700000000000") from None
+    if value < 0:
+        raise OptionError(name, raw, "must not be negative", f"Give {unit}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise OptionError(name, raw, "is not a boolean", "Use true or false")
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(raw: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", raw)
+    if not m:
+        raise OptionError("maxTriggerDelay", raw, "is not a duration", "Use e.g. 500ms, 30s, 15m or 1h")
+    return int(m.group(1)) * _UNITS[m.group(2) or "ms"]

@@ -1,0 +1,114 @@
+"""What to read: offset ranges, splitting and admission control (Spark's KafkaOffsetRangeCalculator and
+rateLimit). Pure functions over positions and watermarks; `spark.read` and `spark.readStream` share them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from connectors.kafka.errors import OptionError
+from connectors.kafka.offsets import Watermarks
+from connectors.kafka.partitions import Positions, TopicPartition
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Half-open [start, end) of one partition: the unit of work of one task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def split(self, parts: int) -> list[OffsetRange]:
+        """parts ordered, disjoint, covering pieces of nearly equal size (never an empty one)."""
+        parts = max(1, min(parts, self.size))
+        bounds = [self.start + self.size * i // parts for i in range(parts + 1)]
+        return [OffsetRange(self.topic, self.partition, a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def ranges_between(start: Positions, end: Positions, *, option: str = "endingOffsets") -> list[OffsetRange]:
+    """One range per partition from start to end; an end before its start is the user's error."""
+    out = []
+    for tp in sorted(end):
+        begin = start.get(tp)
+        if begin is None:
+            continue
+        if end[tp] < begin:
+            raise OptionError(option, end[tp], f"the end of {tp} ({end[tp]}) is before its start ({begin})",
+                              "Choose an end at or after the start")
+        out.append(OffsetRange(tp.topic, tp.partition, begin, end[tp]))
+    return out
+
+
+def check_within_log(positions: Positions, watermarks: Watermarks, *, option: str) -> None:
+    """An offset past the log end can never be read: refuse it instead of waiting forever."""
+    for tp, off in sorted(positions.items()):
+        high = watermarks[tp][1]
+        if off > high:
+            raise OptionError(option, off, f"offset {off} of {tp} is beyond the log end {high}",
+                              f"Use -1 (latest) or an offset at most {high}")
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None = None,
+                 max_records_per_partition: int | None = None) -> list[OffsetRange]:
+    """Cut large ranges so no task straggles.
+
+    maxRecordsPerPartition caps every piece; then, while there are fewer pieces than minPartitions, ranges
+    larger than an even share are cut in proportion to their size (Spark 4's KafkaOffsetRangeCalculator).
+    """
+    pieces = [r for r in ranges if r.size > 0]
+    if max_records_per_partition:
+        pieces = [p for r in pieces for p in r.split(math.ceil(r.size / max_records_per_partition))]
+    if min_partitions and len(pieces) < min_partitions:
+        total = sum(r.size for r in pieces)
+        out = []
+        for r in pieces:
+            share = r.size * min_partitions / total
+            out.extend(r.split(max(1, round(share))) if share >= 1 else [r])
+        pieces = out
+    return pieces
+
+
+def rate_limit(start: Positions, latest: Positions, limit: int) -> Positions:
+    """Ends that admit at most `limit` offsets in all, shared in proportion to each partition's backlog.
+
+    Largest-remainder rounding: the total is exactly min(limit, backlog), never more; small partitions get
+    their share of the remainder before they starve.
+    """
+    backlog = {tp: max(0, latest[tp] - start[tp]) for tp in latest}
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(latest)
+    quota = {tp: limit * size / total for tp, size in backlog.items()}
+    take = {tp: math.floor(q) for tp, q in quota.items()}
+    left = limit - sum(take.values())
+    for tp in sorted(quota, key=lambda t: (take[t] - quota[t], t))[:left]:
+        take[tp] += 1
+    return {tp: start[tp] + min(take[tp], backlog[tp]) for tp in latest}
+
+
+def cap(latest: Positions, target: Positions) -> Positions:
+    """Never past `target` (Trigger.AvailableNow's end); partitions unknown to target stay where latest is."""
+    return {tp: min(off, target[tp]) if tp in target else off for tp, off in latest.items()}
+
+
+def backlog(start: Positions, latest: Positions) -> int:
+    return sum(max(0, off - start.get(tp, off)) for tp, off in latest.items())
+
+
+def offsets_behind(end: Positions, latest: Positions) -> dict[str, int]:
+    """Spark's Kafka progress metrics: how far the batch end is from the newest offsets."""
+    behind = [max(0, latest[tp] - end.get(tp, 0)) for tp in latest]
+    if not behind:
+        return {"minOffsetsBehindLatest": 0, "maxOffsetsBehindLatest": 0, "avgOffsetsBehindLatest": 0}
+    return {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+            "avgOffsetsBehindLatest": round(sum(behind) / len(behind), 1)}

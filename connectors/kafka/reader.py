@@ -1,0 +1,161 @@
+"""One offset range -> Arrow record batches with exactly Spark's Kafka schema. Runs on executors.
+
+confluent-kafka `Consumer.assign` (no group coordination, no auto commit), large consume() batches, bounded
+waits. Gaps from compaction or transaction markers end a range cleanly; a start that retention removed is
+data loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from connectors.kafka.data_loss import enforce
+from connectors.kafka.errors import BrokerError, DataLoss
+from connectors.kafka.planner import OffsetRange
+
+log = logging.getLogger("streamfill.reader")
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+])
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+
+BATCH_SIZE = 20_000
+_consumers: dict[frozenset, Consumer] = {}
+
+
+def consumer_for(kafka: Mapping[str, str]) -> Consumer:
+    """One consumer per configuration in this Python worker, reused across ranges and tasks."""
+    key = frozenset(kafka.items())
+    if key not in _consumers:
+        _consumers[key] = Consumer({
+            "group.id": "streamfill-reader",
+            "isolation.level": "read_committed",
+            **kafka,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+        })
+    return _consumers[key]
+
+
+def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: bool = False,
+               poll_timeout_ms: int = 120_000, fail_on_data_loss: bool = True,
+               batch_size: int = BATCH_SIZE) -> Iterator[pa.RecordBatch]:
+    """Yield the records of r in order, as Arrow batches of at most batch_size rows."""
+    if r.size <= 0:
+        return
+    consumer = consumer_for(kafka)
+    ktp = KTopicPartition(r.topic, r.partition, r.start)
+    consumer.assign([ktp])
+    next_offset = r.start
+    last_progress = time.monotonic()
+    try:
+        while next_offset < r.end:
+            msgs = consumer.consume(num_messages=min(batch_size, r.end - next_offset), timeout=0.5)
+            rows = []
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        next_offset = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
+                        break
+                    raise BrokerError(f"reading {r.topic}-{r.partition} from bootstrap servers "
+                                      f"{kafka.get('bootstrap.servers')}: {err.str()}")
+                off = m.offset()
+                if off >= r.end:
+                    break
+                if off < next_offset:
+                    continue
+                if off > next_offset and not rows:
+                    _check_gap(consumer, r, next_offset, off, kafka, fail_on_data_loss)
+                rows.append(m)
+                next_offset = off + 1
+            if rows:
+                last_progress = time.monotonic()
+                yield _to_arrow(rows, include_headers)
+                continue
+            position = consumer.position([KTopicPartition(r.topic, r.partition)])[0].offset
+            if position >= r.end:  # only control records or compacted-away offsets were left
+                break
+            if position > next_offset:
+                next_offset = position
+                last_progress = time.monotonic()
+                continue
+            waited = time.monotonic() - last_progress
+            if waited * 1000 > poll_timeout_ms:
+                low, _ = _watermarks(consumer, r, kafka)
+                if low > next_offset:
+                    next_offset = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
+                    last_progress = time.monotonic()
+                    continue
+                raise BrokerError(
+                    f"no record of {r.topic}-{r.partition} at offset {next_offset} (range [{r.start}, {r.end})) "
+                    f"after waiting {waited:.1f} s on bootstrap servers {kafka.get('bootstrap.servers')}. "
+                    "Check that the broker is reachable; raise kafkaConsumer.pollTimeoutMs to wait longer")
+    finally:
+        consumer.unassign()
+
+
+def _watermarks(consumer: Consumer, r: OffsetRange, kafka: Mapping[str, str]) -> tuple[int, int]:
+    try:
+        return consumer.get_watermark_offsets(KTopicPartition(r.topic, r.partition), timeout=10, cached=False)
+    except Exception as exc:  # noqa: BLE001
+        raise BrokerError(f"asking bootstrap servers {kafka.get('bootstrap.servers')} for the offsets of "
+                          f"{r.topic}-{r.partition} failed: {exc}") from None
+
+
+def _check_gap(consumer: Consumer, r: OffsetRange, expected: int, got: int, kafka: Mapping[str, str],
+               fail_on_data_loss: bool) -> None:
+    """A jump forward is compaction or a transaction marker, unless the log start moved past `expected`."""
+    low, _ = _watermarks(consumer, r, kafka)
+    if low > expected:
+        enforce([DataLoss(r.topic, r.partition, "aged_out_in_range", expected, min(low, got))], fail_on_data_loss)
+
+
+def _after_loss(consumer: Consumer, r: OffsetRange, expected: int, kafka: Mapping[str, str],
+                fail_on_data_loss: bool) -> int:
+    """The offset to go on from after records in the range were deleted (or raise)."""
+    low, _ = _watermarks(consumer, r, kafka)
+    enforce([DataLoss(r.topic, r.partition, "aged_out_in_range", expected, min(max(low, expected), r.end))],
+            fail_on_data_loss)
+    resume = min(max(low, expected), r.end)
+    if resume < r.end:
+        consumer.assign([KTopicPartition(r.topic, r.partition, resume)])
+    return resume
+
+
+def _to_arrow(msgs: list, include_headers: bool) -> pa.RecordBatch:
+    n = len(msgs)
+    keys, values, offsets, ts, ts_types = [], [], [], [], []
+    for m in msgs:
+        keys.append(m.key())
+        values.append(m.value())
+        offsets.append(m.offset())
+        t_type, t_ms = m.timestamp()
+        ts.append(t_ms * 1000 if t_type else None)
+        ts_types.append(t_type - 1)
+    first = msgs[0]
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([first.topic()] * n, pa.string()),
+        pa.array([first.partition()] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(ts, pa.timestamp("us", tz="UTC")),
+        pa.array(ts_types, pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
+                                HEADERS_TYPE))
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

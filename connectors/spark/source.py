@@ -1,0 +1,125 @@
+"""`streamfill_kafka`: the connector core as a PySpark Python data source, bounded and streaming."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from connectors.kafka import options as source_options
+from connectors.kafka.broker import Broker
+from connectors.kafka.enumerator import StreamEnumerator, plan_bounded
+from connectors.kafka.options import SourceOptions
+from connectors.kafka.partitions import from_json_shape, to_json_shape
+from connectors.kafka.planner import OffsetRange, offsets_behind
+from connectors.kafka.reader import read_range
+
+log = logging.getLogger("streamfill.source")
+
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+          "timestampType int")
+HEADERS = ", headers array<struct<key:string,value:binary>>"
+
+
+class RangePartition(InputPartition):
+    """One offset range: what one Spark task reads."""
+
+    def __init__(self, r: OffsetRange) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+def _read(opts: SourceOptions, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    yield from read_range(partition.range, opts.kafka, include_headers=opts.include_headers,
+                          poll_timeout_ms=opts.poll_timeout_ms, fail_on_data_loss=opts.fail_on_data_loss)
+
+
+class KafkaDataSource(DataSource):
+    """spark.read / spark.readStream .format("streamfill_kafka") with Spark's Kafka option names."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "streamfill_kafka"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return SCHEMA + (HEADERS if include else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(source_options.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(source_options.parse(self.options, streaming=True))
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan = plan_bounded(self.opts, Broker(self.opts.kafka))
+        return [RangePartition(r) for r in plan.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)  # type: ignore[arg-type]
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch planning on the driver; the offset in Spark's checkpoint is {"topic": {"partition": n}}."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._enumerator: StreamEnumerator | None = None
+
+    def __getstate__(self) -> dict:
+        # executors only need the options; the enumerator holds broker clients and driver-side state
+        return {"opts": self.opts, "_enumerator": None}
+
+    @property
+    def enumerator(self) -> StreamEnumerator:
+        if self._enumerator is None:
+            self._enumerator = StreamEnumerator(self.opts, Broker(self.opts.kafka))
+        return self._enumerator
+
+    def initialOffset(self) -> dict:
+        return to_json_shape(self.enumerator.initial())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.enumerator.prepare_available_now()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if isinstance(limit, ReadAllAvailable):
+            max_rows = min_rows = None
+        else:
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
+        end = self.enumerator.next_end(from_json_shape(start), max_rows, min_rows)
+        behind = offsets_behind(end, self.enumerator.latest_seen)
+        log.info("next batch ends at %s; %s", to_json_shape(end), behind)
+        return to_json_shape(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json_shape(self.enumerator.latest_seen) if self.enumerator.latest_seen else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        plan = self.enumerator.plan(from_json_shape(start), from_json_shape(end))
+        return [RangePartition(r) for r in plan.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        pass
