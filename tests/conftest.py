@@ -6,9 +6,14 @@ import os
 import uuid
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from streamfill import stack
 from streamfill.settings import Settings
+
+# shared machines: no per-example deadline, a fixed budget of examples
+hypothesis_settings.register_profile("streamfill", deadline=None, max_examples=100)
+hypothesis_settings.load_profile("streamfill")
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +36,17 @@ def bootstrap(stack_settings: Settings) -> str:
 @pytest.fixture
 def topic_name() -> str:
     return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark(stack_settings: Settings):
+    """One local SparkSession for the run, with streamfill's data sources registered."""
+    from connectors.spark import register
+    from spark_jobs.session import spark_session
+
+    session = spark_session("streamfill-tests", stack_settings, {
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopTimeout": "30s"})
+    register(session)
+    yield session
+    session.stop()

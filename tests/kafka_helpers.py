@@ -1,0 +1,45 @@
+"""Small helpers for tests that need topics and records on the real broker."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 4, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                  config=config or {})])[name].result(30)
+
+
+def produce(bootstrap: str, topic: str, records: list[dict], **conf) -> None:
+    """records: dicts of produce() keyword arguments (key, value, partition, headers, timestamp)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for r in records:
+        producer.produce(topic, **r)
+    assert producer.flush(60) == 0
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, start: int = 0, end: dict | None = None,
+                isolation: str = "read_committed") -> list:
+    """Every record a bare consumer finds in [start, end) per partition."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-probe", "enable.auto.commit": False,
+                         "isolation.level": isolation})
+    out = []
+    for p in range(partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        stop = (end or {}).get(p, high)
+        if stop <= max(start, low):
+            continue
+        consumer.assign([TopicPartition(topic, p, max(start, low))])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(1000, timeout=0.5)
+            out.extend(m for m in msgs if m.error() is None and m.offset() < stop)
+            pos = consumer.position([TopicPartition(topic, p)])[0].offset
+            if pos >= stop:
+                break
+    consumer.close()
+    return out

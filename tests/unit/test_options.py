@@ -1,0 +1,116 @@
+"""Option parsing: every bad value fails with the option's name and a fix, before any Spark work."""
+
+import pytest
+
+from connectors.kafka.errors import OptionError
+from connectors.kafka.offsets import (
+    Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve,
+)
+from connectors.kafka.options import parse
+from connectors.kafka.partitions import TopicPartition
+from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern
+
+pytestmark = pytest.mark.unit
+
+BASE = {"kafka.bootstrap.servers": "b:9092"}
+
+
+def error(options: dict, streaming: bool = False) -> str:
+    with pytest.raises(OptionError) as err:
+        parse({**BASE, **options}, streaming=streaming)
+    return str(err.value)
+
+
+def test_defaults_follow_spark():
+    batch = parse({**BASE, "subscribe": "a"}, streaming=False)
+    assert batch.starting == Earliest() and batch.ending == Latest() and batch.fail_on_data_loss
+    stream = parse({**BASE, "subscribe": "a"}, streaming=True)
+    assert stream.starting == Latest() and stream.ending is None
+
+
+def test_option_names_are_case_insensitive_and_kafka_params_pass_through():
+    o = parse({**BASE, "SUBSCRIBE": "a, b", "kafka.fetch.max.bytes": "1000", "MaxOffsetsPerTrigger": "5"},
+              streaming=True)
+    assert o.subscription == Subscribe(("a", "b"))
+    assert o.kafka["fetch.max.bytes"] == "1000" and o.max_offsets_per_trigger == 5
+
+
+def test_subscription_kinds():
+    assert parse({**BASE, "subscribePattern": "o.*"}, streaming=True).subscription == SubscribePattern("o.*")
+    assert parse({**BASE, "assign": '{"t": [0, 2]}'}, streaming=True).subscription == Assign(
+        (TopicPartition("t", 0), TopicPartition("t", 2)))
+
+
+@pytest.mark.parametrize("options, names", [
+    ({"subscribe": "a", "assign": '{"a": [0]}'}, ["subscribe/subscribePattern/assign", "exactly one"]),
+    ({}, ["exactly one", "0 given"]),
+    ({"assign": '{"a": [0'}, ["assign", "not valid JSON"]),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1,}}'}, ["startingOffsets", "not valid JSON"]),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "-5"}, ["maxOffsetsPerTrigger", "'-5'", "positive"]),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "ten"}, ["maxOffsetsPerTrigger", "'ten'", "whole number"]),
+    ({"subscribePattern": "(unclosed"}, ["subscribePattern", "regular expression"]),
+    ({"subscribe": "a", "startingOffsets": "latest"}, ["startingOffsets", "bounded read cannot start"]),
+    ({"subscribe": "a", "endingOffsets": "earliest"}, ["endingOffsets", "not a valid end"]),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": -7}}'}, ["startingOffsets", "-7"]),
+    ({"subscribe": "a", "failOnDataLoss": "maybe"}, ["failOnDataLoss", "true or false"]),
+    ({"subscribe": "a", "kafka.group.id": "g"}, ["kafka.group.id", "Remove"]),
+    ({"subscribe": "a", "startingTimestamp": "yesterday"}, ["startingTimestamp", "epoch milliseconds"]),
+])
+def test_bad_options_name_the_option_and_the_fix(options, names):
+    msg = error(options)
+    for name in names:
+        assert name in msg
+
+
+def test_ending_offsets_on_a_stream_is_an_error():
+    msg = error({"subscribe": "a", "endingOffsets": "latest"}, streaming=True)
+    assert "endingOffsets" in msg and "streaming" in msg and "AvailableNow" in msg
+
+
+def test_bootstrap_servers_are_required():
+    with pytest.raises(OptionError, match="kafka.bootstrap.servers"):
+        parse({"subscribe": "a"}, streaming=False)
+
+
+def test_timestamp_options_take_spark_precedence():
+    o = parse({**BASE, "subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "1000",
+               "endingOffsetsByTimestamp": '{"a": {"0": 2000}}'}, streaming=False)
+    assert o.starting == GlobalTimestamp(1000)
+    assert o.ending == TimestampByPartition(((TopicPartition("a", 0), 2000),))
+
+
+PARTS = [TopicPartition("t", p) for p in range(3)]
+WM = {PARTS[0]: (5, 100), PARTS[1]: (0, 50), PARTS[2]: (10, 10)}
+
+
+def no_times(_):
+    return {}
+
+
+def test_per_partition_json_gives_left_out_partitions_the_default():
+    spec = SpecificOffsets(((PARTS[0], 42), (PARTS[1], -1)))
+    assert resolve(spec, PARTS, WM, no_times, option="startingOffsets", default=Earliest()) == {
+        PARTS[0]: 42, PARTS[1]: 50, PARTS[2]: 10}
+    spec = SpecificOffsets(((PARTS[0], -2),))
+    assert resolve(spec, PARTS, WM, no_times, option="endingOffsets", default=Latest()) == {
+        PARTS[0]: 5, PARTS[1]: 50, PARTS[2]: 10}
+
+
+def test_strict_offsets_restores_sparks_failure():
+    spec = SpecificOffsets(((PARTS[0], 42),))
+    with pytest.raises(OptionError, match="strictOffsets"):
+        resolve(spec, PARTS, WM, no_times, option="startingOffsets", default=Earliest(), strict=True)
+
+
+def test_a_partition_not_read_is_named():
+    spec = SpecificOffsets(((TopicPartition("t", 9), 1),))
+    with pytest.raises(OptionError, match="t-9"):
+        resolve(spec, PARTS, WM, no_times, option="startingOffsets", default=Earliest())
+
+
+def test_timestamps_past_the_newest_record_resolve_to_the_log_end():
+    def lookup(times):
+        return {tp: (7 if tp == PARTS[0] else None) for tp in times}
+
+    assert resolve(GlobalTimestamp(123), PARTS, WM, lookup, option="startingTimestamp", default=Earliest()) == {
+        PARTS[0]: 7, PARTS[1]: 50, PARTS[2]: 10}
