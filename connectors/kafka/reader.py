@@ -93,7 +93,13 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
                 continue
             waited = time.monotonic() - last_progress
             if waited * 1000 > poll_timeout_ms:
-                low, _ = _watermarks(consumer, r, kafka)
+                try:
+                    low, _ = _watermarks(consumer, r, kafka)
+                except BrokerError as exc:
+                    raise BrokerError(
+                        f"no record of {r.topic}-{r.partition} at offset {next_offset} (range [{r.start}, {r.end})) "
+                        f"after waiting {waited:.1f} s: the broker does not answer ({exc}). Check that "
+                        "kafka.bootstrap.servers is right and the broker is running") from None
                 if low > next_offset:
                     next_offset = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
                     last_progress = time.monotonic()
