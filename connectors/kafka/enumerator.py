@@ -71,8 +71,15 @@ class StreamEnumerator:
         self.target: Positions | None = None  # Trigger.AvailableNow's end
         self.latest_seen: Positions = {}
         self._last_trigger = time.monotonic()
+        self._initial: Positions | None = None
 
     def initial(self) -> Positions:
+        """Resolved once: Spark asks twice in a fresh query, and `latest` must not move in between."""
+        if self._initial is None:
+            self._initial = self._resolve_initial()
+        return self._initial
+
+    def _resolve_initial(self) -> Positions:
         parts = _partitions(self.opts, self.broker)
         wm = self.broker.watermarks(parts)
         start = resolve(self.opts.starting, parts, wm, self.broker.offsets_for_times,

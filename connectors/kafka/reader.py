@@ -29,6 +29,9 @@ ARROW_SCHEMA = pa.schema([
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 BATCH_SIZE = 20_000
+# librdkafka fetches at most 1 MiB per partition per request by default; with ~100-byte records that caps a
+# consumer near 160 k records/s here. 16 MiB measured 7x faster (bench/read_throughput.py). kafka.* overrides.
+FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(16 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024)}
 _consumers: dict[frozenset, Consumer] = {}
 
 
@@ -39,6 +42,7 @@ def consumer_for(kafka: Mapping[str, str]) -> Consumer:
         _consumers[key] = Consumer({
             "group.id": "streamfill-reader",
             "isolation.level": "read_committed",
+            **FETCH_DEFAULTS,
             **kafka,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

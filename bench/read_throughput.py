@@ -1,0 +1,148 @@
+"""Read throughput: streamfill_kafka vs a bare confluent-kafka consumer vs Spark's own Kafka source.
+
+Produces N JSON messages once (kept across runs), then reads the whole topic three ways in the same run:
+  (a) a bare confluent-kafka consumer in one process: the ceiling on this machine;
+  (b) streamfill_kafka through spark.read, computing count(*) and sum(length(value));
+  (c) Spark's built-in Kafka source (format("kafka")), same aggregate, same session.
+Prints messages per second for each and the ratios b/a and b/c. Needs `streamfill stack up`.
+
+    .venv/bin/python bench/read_throughput.py [--messages 2000000] [--partitions 4] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.table import Table
+
+from connectors.kafka.reader import FETCH_DEFAULTS
+from streamfill import REPO_ROOT
+from streamfill.settings import get_settings
+
+console = Console()
+POM = REPO_ROOT / "bench" / "spark-kafka" / "pom.xml"
+KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
+
+
+def spark_kafka_jars(dest: Path) -> list[str]:
+    if not (dest / ".complete").exists():
+        console.print(f"fetching Spark's Kafka source with Maven into {dest}")
+        subprocess.run(["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
+                        "-DincludeScope=runtime", f"-DoutputDirectory={dest}"], check=True)
+        (dest / ".complete").touch()
+    return sorted(str(p) for p in dest.glob("*.jar") if p.name.startswith(KAFKA_JARS))
+
+
+def ensure_topic(bootstrap: str, topic: str, messages: int, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic in admin.list_topics(timeout=10).topics:
+        return
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    rnd = random.Random(7)
+    started = time.monotonic()
+    for i in range(messages):
+        value = json.dumps({"event_id": i, "user_id": rnd.randrange(100_000), "event_type": "order_placed",
+                            "amount": round(rnd.uniform(1, 500), 2), "currency": "EUR"}).encode()
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    console.print(f"produced {messages:,} messages in {time.monotonic() - started:.1f} s")
+
+
+def bare_consumer(bootstrap: str, topic: str, partitions: int) -> tuple[int, int]:
+    # the same fetch sizes as streamfill's reader, so (a) is the ceiling for this client, not a handicap
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  **FETCH_DEFAULTS})
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    count = size = 0
+    remaining = set(p for p, e in ends.items() if e > 0)
+    while remaining:
+        for m in c.consume(10_000, timeout=1.0):
+            if m.error():
+                continue
+            count += 1
+            size += len(m.value())
+            if m.offset() + 1 >= ends[m.partition()]:
+                remaining.discard(m.partition())
+    c.close()
+    return count, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs per way; the median is reported")
+    args = ap.parse_args()
+    settings = get_settings()
+    bootstrap = settings.bootstrap_servers
+    topic = f"bench_read_{args.messages}_{args.partitions}"
+    ensure_topic(bootstrap, topic, args.messages, args.partitions)
+    jars = spark_kafka_jars(settings.home / "spark-kafka")
+
+    from connectors.spark import register
+    from spark_jobs.session import spark_session
+
+    spark = spark_session("bench-read", settings, {"spark.jars": ",".join(jars), "spark.ui.enabled": "false",
+                                                   "spark.ui.showConsoleProgress": "false"})
+    register(spark)
+
+    def ours() -> tuple[int, int]:
+        row = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", topic).load().selectExpr("count(*)", "sum(length(value))").first())
+        return row[0], row[1]
+
+    def builtin() -> tuple[int, int]:
+        row = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", topic).option("startingOffsets", "earliest").load()
+               .selectExpr("count(*)", "sum(length(value))").first())
+        return row[0], row[1]
+
+    ways = {"a bare confluent-kafka consumer": lambda: bare_consumer(bootstrap, topic, args.partitions),
+            "b streamfill_kafka (spark.read)": ours,
+            "c Spark's format('kafka')": builtin}
+    for fn in (ours, builtin):  # warm the JVM, the Python workers and the page cache
+        fn()
+    timings: dict[str, list[float]] = {k: [] for k in ways}
+    results = {}
+    for _ in range(args.repeat):
+        for name, fn in ways.items():  # interleaved, so load on the machine hits each way alike
+            started = time.perf_counter()
+            results[name] = fn()
+            timings[name].append(time.perf_counter() - started)
+    spark.stop()
+    assert len(set(results.values())) == 1, f"the three ways disagree: {results}"
+    count = results["a bare confluent-kafka consumer"][0]
+    rate = {name: count / statistics.median(ts) for name, ts in timings.items()}
+    table = Table(title=f"reading {count:,} messages over {args.partitions} partitions (median of {args.repeat})")
+    table.add_column("way")
+    table.add_column("seconds", justify="right")
+    table.add_column("messages/s", justify="right")
+    for name, ts in timings.items():
+        table.add_row(name, f"{statistics.median(ts):.2f}", f"{rate[name]:,.0f}")
+    console.print(table)
+    a, b, c = rate.values()
+    console.print(f"b/a = {b / a:.2f}  (target >= 0.7)")
+    console.print(f"b/c = {b / c:.2f}  (target >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
