@@ -97,7 +97,7 @@ def test_per_partition_json_leaving_partitions_out_uses_the_defaults(spark, boot
 
 def test_timestamps_resolve_to_the_right_offsets(spark, bootstrap, topic_name):
     create_topic(bootstrap, topic_name, 2)
-    base = 1_700_000_000_000
+    base = (int(time.time()) - 3600) * 1000  # within retention, or the broker deletes the records
     produce(bootstrap, topic_name, [
         {"value": str(i).encode(), "partition": i % 2, "timestamp": base + i * 1000} for i in range(100)])
     df = read(spark, bootstrap, subscribe=topic_name, startingTimestamp=str(base + 20_000),

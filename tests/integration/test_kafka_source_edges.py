@@ -172,7 +172,7 @@ def test_bad_stream_options_fail_with_the_option_and_fix(spark, bootstrap, small
 
 
 def test_an_unreachable_broker_fails_naming_servers_topic_partition_and_wait():
-    kafka = {"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": "1000"}
+    kafka = {"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": "1000", "log_level": "0"}
     started = time.monotonic()
     with pytest.raises(BrokerError) as err:
         list(read_range(OffsetRange("orders", 3, 0, 10), kafka, poll_timeout_ms=2000))
