@@ -12,6 +12,8 @@ from streamfill.settings import get_settings
 app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySpark, Airflow and PostgreSQL.")
 stack_app = typer.Typer(no_args_is_help=True, help="The local stack: PostgreSQL, Kafka, Airflow, Spark.")
 app.add_typer(stack_app, name="stack")
+db_app = typer.Typer(no_args_is_help=True, help="offsets_db in PostgreSQL.")
+app.add_typer(db_app, name="db")
 
 console = Console()
 err = Console(stderr=True)
@@ -46,6 +48,28 @@ def stack_status() -> None:
     _print_status(statuses)
     if not all(s.healthy for s in statuses):
         raise typer.Exit(1)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = typer.Argument("head", help="Alembic revision to upgrade to")) -> None:
+    """Apply offsets_db migrations to STREAMFILL_DB_URL (the local stack's database by default)."""
+    from sqlalchemy.exc import OperationalError
+
+    from offsets_db.migrate import upgrade
+
+    url = get_settings().offsets_db_url
+    try:
+        upgrade(url, revision)
+    except OperationalError as exc:
+        raise _fail(RuntimeError(f"cannot reach offsets_db at {_safe(url)}: {exc.orig}. Start it with "
+                                 "`streamfill stack up` or set STREAMFILL_DB_URL")) from None
+    console.print(f"offsets_db at {_safe(url)} is at revision {revision}")
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _print_status(statuses: list[stack.Status]) -> None:

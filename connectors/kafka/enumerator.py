@@ -118,7 +118,7 @@ class StreamEnumerator:
     def plan(self, start: Positions, end: Positions) -> Plan:
         """The ranges of micro-batch [start, end), with the data-loss rules applied against fresh watermarks."""
         parts = set(_partitions(self.opts, self.broker))
-        losses = data_loss.deleted_partitions({tp: o for tp, o in start.items()}, parts)
+        losses = data_loss.deleted_partitions(start, parts)
         live = sorted(tp for tp in end if tp in parts)
         wm = self.broker.watermarks(live)
         new = [tp for tp in live if tp not in start]

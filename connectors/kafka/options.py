@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from connectors.kafka.errors import OptionError
 from connectors.kafka.offsets import (
@@ -18,12 +18,6 @@ from connectors.kafka.offsets import (
 from connectors.kafka.partitions import TopicPartition
 from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
 
-KNOWN = {
-    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
-    "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger",
-    "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "failondataloss",
-    "includeheaders", "strictoffsets", "kafkaconsumer.polltimeoutms", "path",
-}
 # Spark manages these itself; so do we.
 FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
                    "value.deserializer"}
@@ -44,7 +38,6 @@ class SourceOptions:
     include_headers: bool = False
     strict_offsets: bool = False
     poll_timeout_ms: int = 120_000
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -61,7 +54,6 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     for key in sorted(FORBIDDEN_KAFKA & set(kafka)):
         raise OptionError(f"kafka.{key}", kafka[key], "is managed by the source (offsets come from the plan)",
                           "Remove this option")
-    other = {k: v for k, v in opts.items() if not k.startswith("kafka.") and k not in KNOWN}
     if streaming and "endingoffsets" in opts:
         raise OptionError("endingOffsets", opts["endingoffsets"], "is not valid for a streaming query",
                           "Use spark.read for a bounded range, or Trigger.AvailableNow to stop at the current end")
@@ -91,7 +83,6 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         strict_offsets=_bool(opts, "strictOffsets", False),
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
-        extra=other,
     )
 
 

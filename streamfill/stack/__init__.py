@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from offsets_db.migrate import upgrade
 from streamfill.settings import Settings
 from streamfill.stack.airflow import Airflow
 from streamfill.stack.kafka import Kafka
@@ -58,7 +59,8 @@ def up(settings: Settings, say: Say = print) -> list[Status]:
                 wait_until(svc.healthy, timeout=settings.start_timeout, service=svc.name, log=svc.log)
             say(f"{svc.name}: up")
             if isinstance(svc, Postgres):
-                _after_postgres(settings, say)
+                upgrade(settings.offsets_db_url)
+                say("offsets_db: migrations applied")
     except BaseException as exc:
         for svc in reversed(started):
             svc.stop()
@@ -68,16 +70,6 @@ def up(settings: Settings, say: Say = print) -> list[Status]:
                              + (f"\nlast lines of {started[-1].log}:\n{last_lines}" if last_lines else "")) from exc
         raise
     return status(settings)
-
-
-def _after_postgres(settings: Settings, say: Say) -> None:
-    """Hook for work that needs the database before the other services (offsets_db migrations)."""
-    try:
-        from offsets_db.migrate import upgrade
-    except ImportError:
-        return
-    upgrade(settings.offsets_db_url)
-    say("offsets_db: migrated")
 
 
 def down(settings: Settings, say: Say = print) -> None:

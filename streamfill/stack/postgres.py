@@ -67,8 +67,7 @@ class Postgres(Service):
             d.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             pw = pwd.getpwnam(OS_USER)
-            for d in (self.socket_dir,):
-                os.chown(d, pw.pw_uid, pw.pw_gid)
+            os.chown(self.socket_dir, pw.pw_uid, pw.pw_gid)
             self.log.touch(exist_ok=True)
             os.chown(self.log, pw.pw_uid, pw.pw_gid)
             self._check_reachable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -28,9 +29,7 @@ class Spark(Service):
         java = shutil.which("java")
         if java is None:
             return False
-        try:
-            import pyspark  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("pyspark") is None:
             return False
         return subprocess.run([java, "-version"], capture_output=True).returncode == 0
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from tests.kafka_helpers import consume_all, create_topic, produce
+from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from streamfill import REPO_ROOT
-from streamfill.settings import Settings
 from streamfill.stack import StackError
 from streamfill.stack.airflow import airflow_bin, airflow_env, admin_password
 from streamfill.stack.kafka import Kafka, fetch_jars

@@ -1,0 +1,24 @@
+"""views offset_history, latest_offsets, consumer_lag
+
+Revision ID: 0002
+Revises: 0001
+"""
+
+from alembic import op
+
+from offsets_db import views
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    for sql in views.ALL.values():
+        op.execute(sql)
+
+
+def downgrade() -> None:
+    for name in reversed(list(views.ALL)):
+        op.execute(f"DROP VIEW IF EXISTS {name}")

@@ -1,0 +1,139 @@
+"""The tables of offsets_db as SQLAlchemy 2 typed models. Views are in `views.py`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
+    UniqueConstraint, func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
+
+
+class Job(Base):
+    """One per job name: a stream, a backfill or an interval job, with its configuration."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (CheckConstraint("kind IN ('stream', 'backfill', 'interval')", name="jobs_kind"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Run(Base):
+    """One per launch; Airflow's dag_id and run_id when Airflow launched it."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    dag_id: Mapped[str | None] = mapped_column(String(250))
+    airflow_run_id: Mapped[str | None] = mapped_column(String(250))
+    spark_app_id: Mapped[str | None] = mapped_column(String(250))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    started_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    ended_at: Mapped[datetime | None]
+
+
+class Batch(Base):
+    """One per planned range of a job: planned before reading, committed with its rows and snapshot."""
+
+    __tablename__ = "batches"
+    __table_args__ = (UniqueConstraint("job_id", "seq", name="batches_job_seq"),
+                      Index("batches_job_committed", "job_id", "committed_at"))
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    spark_batch_id: Mapped[int | None] = mapped_column(BigInteger)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    planned_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    committed_at: Mapped[datetime | None]
+    rows_written: Mapped[int | None] = mapped_column(BigInteger)
+    dead_letters: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class BatchOffset(Base):
+    """Per batch and partition: [start, end) and the broker's log-start and log-end when it was planned."""
+
+    __tablename__ = "batch_offsets"
+    __table_args__ = (Index("batch_offsets_tp_range", "topic", "partition", "start_offset", "end_offset"),)
+
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    log_start: Mapped[int | None] = mapped_column(BigInteger)
+    log_end: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Snapshot(Base):
+    """Resume state: the next offset per (job, topic, partition), written in the commit transaction."""
+
+    __tablename__ = "snapshots"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"))
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class DataLossEvent(Base):
+    __tablename__ = "data_loss_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"))
+    topic: Mapped[str] = mapped_column(String(249))
+    partition: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(40))
+    lost_from: Mapped[int] = mapped_column(BigInteger)
+    lost_to: Mapped[int] = mapped_column(BigInteger)
+    detected_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class DeadLetter(Base):
+    """A record that could not be parsed or validated, with where it came from and why."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (UniqueConstraint("job_id", "topic", "partition", "offset", name="dead_letters_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"))
+    topic: Mapped[str] = mapped_column(String(249))
+    partition: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    raw_value: Mapped[bytes | None] = mapped_column(LargeBinary)
+    error: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class QualityResult(Base):
+    """One Great Expectations validation of a sink table: its verdict, statistics and full result."""
+
+    __tablename__ = "quality_results"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    suite: Mapped[str] = mapped_column(String(200))
+    table_name: Mapped[str] = mapped_column(String(200))
+    success: Mapped[bool] = mapped_column(Boolean)
+    statistics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    result: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    checked_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -1,0 +1,100 @@
+"""offsets_db on the real PostgreSQL: migrations from empty, and the views over a known history."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from offsets_db.migrate import upgrade
+from offsets_db.models import Batch, BatchOffset, Job, Snapshot
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fresh_db(stack_settings):
+    """An empty database of its own, dropped afterwards."""
+    name = f"offsets_{uuid.uuid4().hex[:8]}"
+    s = stack_settings
+    admin = create_engine(f"postgresql+psycopg2://postgres@{s.host}:{s.pg_port}/postgres",
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
+    url = stack_settings.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
+    env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
+    cli = str(Path(sys.executable).parent / "streamfill")
+    done = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    again = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, "a second upgrade changes nothing"
+    engine = create_engine(fresh_db)
+    with engine.connect() as conn:
+        tables = set(conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars())
+        views = set(conn.execute(text("SELECT viewname FROM pg_views WHERE schemaname = 'public'")).scalars())
+    engine.dispose()
+    assert {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
+            "quality_results"} <= tables
+    assert views == {"offset_history", "latest_offsets", "consumer_lag"}
+
+
+def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
+    env = {**os.environ, "STREAMFILL_DB_URL": "postgresql+psycopg2://streamfill@127.0.0.1:1/nowhere"}
+    cli = str(Path(sys.executable).parent / "streamfill")
+    done = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "127.0.0.1:1" in done.stderr and "streamfill stack up" in done.stderr
+
+
+def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_db):
+    upgrade(fresh_db)
+    engine = create_engine(fresh_db)
+    with Session(engine) as s, s.begin():
+        a, b = Job(name="orders-stream", kind="stream"), Job(name="orders.backfill", kind="backfill")
+        s.add_all([a, b])
+        s.flush()
+        for seq, (start, end, log_end) in enumerate([(0, 100, 150), (100, 150, 400)]):
+            batch = Batch(job_id=a.id, seq=seq, spark_batch_id=seq)
+            s.add(batch)
+            s.flush()
+            s.add(BatchOffset(batch_id=batch.id, topic="orders", partition=0, start_offset=start, end_offset=end,
+                              log_start=0, log_end=log_end))
+        other = Batch(job_id=b.id, seq=0)
+        s.add(other)
+        s.flush()
+        s.add(BatchOffset(batch_id=other.id, topic="orders", partition=0, start_offset=0, end_offset=7,
+                          log_start=0, log_end=7))
+        s.add_all([Snapshot(job_id=a.id, topic="orders", partition=0, next_offset=150),
+                   Snapshot(job_id=b.id, topic="orders", partition=0, next_offset=7)])
+    with engine.connect() as conn:
+        history = conn.execute(text(
+            "SELECT batch_seq, start_offset, end_offset, offsets FROM offset_history WHERE job = :j "
+            "ORDER BY batch_seq"), {"j": "orders-stream"}).all()
+        assert [tuple(r) for r in history] == [(0, 0, 100, 100), (1, 100, 150, 50)]
+        which = conn.execute(text(
+            "SELECT batch_seq FROM offset_history WHERE job = :j AND topic = 'orders' AND partition = 0 "
+            "AND :o >= start_offset AND :o < end_offset"), {"j": "orders-stream", "o": 120}).scalar_one()
+        assert which == 1
+        latest = conn.execute(text("SELECT job, next_offset FROM latest_offsets ORDER BY job")).all()
+        assert [tuple(r) for r in latest] == [("orders-stream", 150), ("orders.backfill", 7)]
+        lag = conn.execute(text("SELECT job, log_end, lag FROM consumer_lag ORDER BY job")).all()
+        assert [tuple(r) for r in lag] == [("orders-stream", 400, 250), ("orders.backfill", 7, 0)]
+        trend = conn.execute(text(  # the README's "over the last hour" query
+            "SELECT date_trunc('minute', planned_at) AS minute, topic, partition, max(log_end - end_offset) AS behind "
+            "FROM offset_history WHERE job = :j AND planned_at > now() - interval '1 hour' "
+            "GROUP BY 1, 2, 3 ORDER BY 1"), {"j": "orders-stream"}).all()
+        assert [r.behind for r in trend] == [250]
+    engine.dispose()

@@ -1,0 +1,88 @@
+"""Stream rounds against an in-memory broker: new partitions, AvailableNow's end, minOffsetsPerTrigger."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka.enumerator import StreamEnumerator
+from connectors.kafka.errors import DataLossError
+from connectors.kafka.options import parse
+from connectors.kafka.partitions import TopicPartition
+
+pytestmark = pytest.mark.unit
+T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
+
+
+class MemoryBroker:
+    """The three questions the enumerator asks a broker, answered from dicts."""
+
+    def __init__(self, logs: dict[TopicPartition, tuple[int, int]]) -> None:
+        self.logs = logs
+
+    def topics(self) -> dict[str, int]:
+        return {"t": len(self.logs)}
+
+    def watermarks(self, partitions):
+        return {tp: self.logs[tp] for tp in partitions}
+
+    def offsets_for_times(self, times):
+        return {tp: None for tp in times}
+
+
+def enumerator(broker, **options) -> StreamEnumerator:
+    opts = parse({"kafka.bootstrap.servers": "memory", "subscribe": "t", **options}, streaming=True)
+    return StreamEnumerator(opts, broker)
+
+
+def test_a_new_partition_is_read_from_its_first_offset():
+    broker = MemoryBroker({T0: (0, 10)})
+    e = enumerator(broker, startingOffsets="earliest")
+    start = e.initial()
+    assert start == {T0: 0}
+    broker.logs = {T0: (0, 10), T1: (0, 4)}
+    end = e.next_end(start, None, None)
+    assert end == {T0: 10, T1: 4}
+    assert [(r.partition, r.start, r.end) for r in e.plan(start, end).ranges] == [(0, 0, 10), (1, 0, 4)]
+
+
+def test_a_new_partition_not_starting_at_zero_is_data_loss():
+    broker = MemoryBroker({T0: (0, 10)})
+    e = enumerator(broker)
+    broker.logs = {T0: (0, 10), T1: (3, 9)}
+    with pytest.raises(DataLossError, match=r"t-1.*\[0, 3\)"):
+        e.plan({T0: 10}, {T0: 10, T1: 9})
+
+
+def test_available_now_never_passes_the_offsets_of_its_start():
+    broker = MemoryBroker({T0: (0, 100), T1: (0, 50)})
+    e = enumerator(broker, startingOffsets="earliest")
+    start = e.initial()
+    e.prepare_available_now()
+    broker.logs = {T0: (0, 500), T1: (0, 80), T2: (0, 9)}  # producers go on, a partition appears
+    ends = []
+    while True:
+        end = e.next_end(start, 60, None)
+        if end == start:
+            break
+        assert sum(end[tp] - start.get(tp, 0) for tp in end) <= 60
+        ends.append(end)
+        start = end
+    assert start == {T0: 100, T1: 50, T2: 0}
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_the_delay_passed():
+    broker = MemoryBroker({T0: (0, 5)})
+    e = enumerator(broker, minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    assert e.next_end({T0: 0}, None, 10) == {T0: 0}, "5 waiting, fewer than 10: skip the trigger"
+    broker.logs = {T0: (0, 12)}
+    assert e.next_end({T0: 0}, None, 10) == {T0: 12}
+    late = enumerator(MemoryBroker({T0: (0, 5)}), minOffsetsPerTrigger="10", maxTriggerDelay="0ms")
+    assert late.next_end({T0: 0}, None, 10) == {T0: 5}, "the delay passed: take what there is"
+
+
+def test_initial_offsets_are_resolved_once():
+    broker = MemoryBroker({T0: (0, 10)})
+    e = enumerator(broker)
+    assert e.initial() == {T0: 10}
+    broker.logs = {T0: (0, 99)}
+    assert e.initial() == {T0: 10}, "Spark asks twice; latest must not move in between"
