@@ -63,6 +63,7 @@ class Postgres(Service):
     def prepare(self) -> None:
         if pg_bin_dir() is None:
             install_os_packages("postgresql")
+            self._stop_debian_cluster()
         for d in (self.settings.home, self.settings.logs, self.socket_dir):
             d.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
@@ -80,6 +81,16 @@ class Postgres(Service):
                 os.chown(self.data_dir, pw.pw_uid, pw.pw_gid)
             self._run([self._bin("initdb"), "-D", str(self.data_dir), "-U", "postgres",
                        "--auth=trust", "-E", "UTF8"], "initdb")
+
+    def _stop_debian_cluster(self) -> None:
+        """The package may start its own `main` cluster on 5432; the stack runs its own data directory."""
+        if shutil.which("pg_ctlcluster") is None:
+            return
+        listing = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            version, cluster, _port, state, *_ = line.split()
+            if state == "online":
+                subprocess.run(["pg_ctlcluster", version, cluster, "stop"], capture_output=True)
 
     def _check_reachable(self) -> None:
         probe = subprocess.run(["runuser", "-u", OS_USER, "--", "test", "-w", str(self.socket_dir)])
