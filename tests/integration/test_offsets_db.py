@@ -98,3 +98,36 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
             "GROUP BY 1, 2, 3 ORDER BY 1"), {"j": "orders-stream"}).all()
         assert [r.behind for r in trend] == [250]
     engine.dispose()
+
+
+def plan(start_end: dict[int, tuple[int, int]]):
+    from offsets_db.store import PlannedRange
+
+    return [PlannedRange("orders", p, s, e, 0, e + 10) for p, (s, e) in start_end.items()]
+
+
+def test_store_records_plans_idempotently_and_commits_with_the_snapshot(fresh_db):
+    from offsets_db.store import OffsetStore
+
+    upgrade(fresh_db)
+    store = OffsetStore(fresh_db)
+    store.ensure_job("orders-stream", "stream")
+    store.ensure_job("other", "stream")
+    first = store.record_planned("orders-stream", plan({0: (0, 10), 1: (0, 5)}), spark_batch_id=0)
+    assert store.record_planned("orders-stream", plan({1: (0, 5), 0: (0, 10)})) == first, "a replay plans nothing new"
+    assert store.snapshot("orders-stream") == {}
+    assert store.commit("orders-stream", first, rows_written=15) is True
+    assert store.snapshot("orders-stream") == {("orders", 0): 10, ("orders", 1): 5}
+    assert store.commit("orders-stream", first, rows_written=999) is False, "committing a batch twice is a no-op"
+    second = store.record_planned("orders-stream", plan({0: (10, 12), 1: (5, 5)}))
+    assert second != first
+    store.commit("orders-stream", second, rows_written=2)
+    assert store.snapshot("orders-stream") == {("orders", 0): 12, ("orders", 1): 5}
+    assert store.snapshot("other") == {}, "jobs never see each other's offsets"
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT batch_seq, committed FROM offset_history WHERE job = 'orders-stream' "
+                                 "AND partition = 0 ORDER BY batch_seq")).all()
+        written = conn.execute(text("SELECT rows_written FROM batches WHERE id = :b"), {"b": first}).scalar()
+    assert [tuple(r) for r in rows] == [(1, True), (2, True)] and written == 15
+    store.engine.dispose()
+
