@@ -13,10 +13,11 @@ from pathlib import Path
 
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
-from streamfill.stack.process import StackError, pid_alive, read_pid, spawn, stop_group, wait_until
-from streamfill.stack.service import Service, Status
+from streamfill.stack.process import pid_alive, read_pid, spawn, wait_until
+from streamfill.stack.service import ProcessGroupService, Status
 
 ADMIN = "admin"
+COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 
 
 def airflow_home(settings: Settings) -> Path:
@@ -61,12 +62,8 @@ def admin_password(settings: Settings) -> str:
     return json.loads(path.read_text())[ADMIN]
 
 
-class Airflow(Service):
+class Airflow(ProcessGroupService):
     name = "airflow"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.settings.home / "run" / "airflow.pid"
 
     @property
     def url(self) -> str:
@@ -86,10 +83,6 @@ class Airflow(Service):
             passwords.write_text(json.dumps({ADMIN: secrets.token_urlsafe(12)}))
             passwords.chmod(0o600)
 
-    def running(self) -> bool:
-        pid = read_pid(self.pid_file)
-        return pid is not None and pid_alive(pid)
-
     def start(self) -> None:
         pid = spawn([airflow_bin(), "standalone"], log=self.log, pid_file=self.pid_file,
                     env=airflow_env(self.settings), cwd=airflow_home(self.settings))
@@ -103,17 +96,12 @@ class Airflow(Service):
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
-    def healthy(self) -> bool:
-        h = self.health()
-        return bool(h) and all(
-            (h.get(c) or {}).get("status") == "healthy" for c in ("metadatabase", "scheduler", "triggerer",
-                                                                   "dag_processor"))
+    @staticmethod
+    def _unhealthy(h: dict | None) -> list[str]:
+        return [c for c in COMPONENTS if ((h or {}).get(c) or {}).get("status") != "healthy"]
 
-    def stop(self) -> None:
-        pid = read_pid(self.pid_file)
-        if pid is not None and pid_alive(pid):
-            stop_group(pid, timeout=30)
-        self.pid_file.unlink(missing_ok=True)
+    def healthy(self) -> bool:
+        return not self._unhealthy(self.health())
 
     def status(self) -> Status:
         running = self.running()
@@ -121,16 +109,9 @@ class Airflow(Service):
             login = f"login {ADMIN} / {admin_password(self.settings)} at {self.url}"
         except (OSError, KeyError, ValueError):
             login = "not set up yet"
-        if running:
-            h = self.health() or {}
-            unhealthy = [c for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")
-                         if (h.get(c) or {}).get("status") != "healthy"]
-            if unhealthy:
-                login += f"; not healthy: {', '.join(unhealthy)}"
+        unhealthy = self._unhealthy(self.health()) if running else list(COMPONENTS)
+        if running and unhealthy:
+            login += f"; not healthy: {', '.join(unhealthy)}"
         return Status(self.name, self.url, read_pid(self.pid_file) if running else None, running,
-                      running and self.healthy(), self.log, login)
+                      not unhealthy, self.log, login)
 
-
-def check_prerequisites() -> None:
-    if not Path(airflow_bin()).exists() and shutil.which("airflow") is None:
-        raise StackError("the `airflow` command is missing: run `make install`")

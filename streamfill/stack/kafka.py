@@ -9,8 +9,8 @@ from pathlib import Path
 
 from streamfill import REPO_ROOT
 from streamfill.stack.postgres import install_os_packages
-from streamfill.stack.process import StackError, pid_alive, read_pid, spawn, stop_group, wait_until
-from streamfill.stack.service import Service, Status
+from streamfill.stack.process import StackError, pid_alive, read_pid, spawn, wait_until
+from streamfill.stack.service import ProcessGroupService, Status
 
 POM = REPO_ROOT / "stack" / "kafka" / "pom.xml"
 LOG4J = REPO_ROOT / "stack" / "kafka" / "log4j2.yaml"
@@ -40,7 +40,7 @@ def fetch_jars(pom: Path, dest: Path) -> None:
     done_marker.write_text(kafka_version(pom))
 
 
-class Kafka(Service):
+class Kafka(ProcessGroupService):
     name = "kafka"
 
     @property
@@ -50,10 +50,6 @@ class Kafka(Service):
     @property
     def libs(self) -> Path:
         return self.root / "libs"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.settings.home / "run" / "kafka.pid"
 
     def ports(self) -> list[tuple[int, str]]:
         return [(self.settings.kafka_port, "STREAMFILL_KAFKA_PORT"),
@@ -106,10 +102,6 @@ class Kafka(Service):
             if done.returncode != 0:
                 raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
 
-    def running(self) -> bool:
-        pid = read_pid(self.pid_file)
-        return pid is not None and pid_alive(pid)
-
     def start(self) -> None:
         cmd = [self._java(), "-Xms256m", "-Xmx1g", "-XX:+UseG1GC",
                f"-Dkafka.log.file={self.log}", f"-Dlog4j2.configurationFile={LOG4J}",
@@ -127,12 +119,6 @@ class Kafka(Service):
             return len(md.brokers) > 0
         except Exception:  # noqa: BLE001 - any failure means "not answering"
             return False
-
-    def stop(self) -> None:
-        pid = read_pid(self.pid_file)
-        if pid is not None and pid_alive(pid):
-            stop_group(pid, timeout=30)
-        self.pid_file.unlink(missing_ok=True)
 
     def status(self) -> Status:
         running = self.running()

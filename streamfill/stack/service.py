@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamfill.settings import Settings
+from streamfill.stack.process import pid_alive, read_pid, stop_group
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,21 @@ class Service(ABC):
 
     @abstractmethod
     def status(self) -> Status: ...
+
+
+class ProcessGroupService(Service):
+    """A service that up() spawns in a session of its own and records in `run/<name>.pid`."""
+
+    @property
+    def pid_file(self) -> Path:
+        return self.settings.home / "run" / f"{self.name}.pid"
+
+    def running(self) -> bool:
+        pid = read_pid(self.pid_file)
+        return pid is not None and pid_alive(pid)
+
+    def stop(self) -> None:
+        pid = read_pid(self.pid_file)
+        if pid is not None and pid_alive(pid):
+            stop_group(pid, timeout=30)
+        self.pid_file.unlink(missing_ok=True)
