@@ -5,25 +5,48 @@ Every write is one transaction; SQL is built by SQLAlchemy with bound parameters
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from offsets_db.models import Batch, BatchOffset, Job, Snapshot
+from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
+from offsets_db.names import validate_job_name
 
-JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 
 
-def validate_job_name(name: str) -> str:
-    if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
-        raise ValueError(f"job name {name!r} is not valid: use 1 to 200 letters, digits, '_', '-' or '.', "
-                         "e.g. orders-stream")
-    return name
+Positions = dict[tuple[str, int], int]  # next offset per (topic, partition)
+
+
+class CheckpointMismatch(RuntimeError):
+    """Spark's checkpoint and offsets_db disagree on where a job stands; neither is silently trusted."""
+
+    def __init__(self, job: str, checkpoint: Positions, snapshot: Positions) -> None:
+        self.job, self.checkpoint, self.snapshot = job, checkpoint, snapshot
+        differ = sorted(tp for tp in checkpoint.keys() & snapshot.keys() if checkpoint[tp] != snapshot[tp])
+        shown = ", ".join(f"{t}-{p}: checkpoint {checkpoint[(t, p)]}, offsets_db {snapshot[(t, p)]}"
+                          for t, p in differ[:10])
+        super().__init__(
+            f"the Spark checkpoint of job {job!r} disagrees with offsets_db ({shown}). offsets_db holds what "
+            "was committed to the sink. To resume from offsets_db, delete the checkpoint directory and restart; "
+            "to start this checkpoint's position as a new history, use a new job name.")
+
+
+def _agrees(a: Positions, b: Positions) -> bool:
+    return all(a[tp] == b[tp] for tp in a.keys() & b.keys())
+
+
+class LossRecord(Protocol):
+    """A data-loss event as the connector reports it (`connectors.kafka.errors.DataLoss`)."""
+
+    topic: str
+    partition: int
+    kind: str
+    lost_from: int
+    lost_to: int
 
 
 @dataclass(frozen=True)
@@ -53,23 +76,57 @@ class OffsetStore:
             raise LookupError(f"job {name!r} is not in offsets_db; it is created by its first run")
         return job_id
 
-    def record_planned(self, job: str, ranges: Iterable[PlannedRange], spark_batch_id: int | None = None,
+    def record_planned(self, job: str, ranges: Iterable[PlannedRange], *, start: Positions | None = None,
+                       losses: Iterable[LossRecord] = (), spark_batch_id: int | None = None,
                        run_id: int | None = None) -> int:
-        """The batch id of this plan; planning the same ranges again (a replay) returns the same batch."""
+        """The batch id of this plan; planning the same ranges again (a replay) returns the same batch.
+
+        `start` is where Spark's checkpoint says the batch starts; it must agree with the job's snapshot
+        (CheckpointMismatch otherwise). Data-loss events found while planning are stored with the batch.
+        """
         ranges = sorted(ranges, key=lambda r: (r.topic, r.partition))
         with Session(self.engine) as s, s.begin():
             job_id = self._job_id(s, job)
             s.execute(select(Job.id).where(Job.id == job_id).with_for_update())  # one planner at a time per job
-            last = s.scalar(select(Batch).where(Batch.job_id == job_id).order_by(Batch.seq.desc()).limit(1))
+            last = self._last_batch(s, job_id)
             if last is not None and self._same_plan(s, last.id, ranges):
                 return last.id
+            if start is not None:
+                self._check_start(s, job, job_id, start, last)
             seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == job_id)) or 0) + 1
             batch = Batch(job_id=job_id, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id)
             s.add(batch)
             s.flush()
             s.add_all([BatchOffset(batch_id=batch.id, topic=r.topic, partition=r.partition, start_offset=r.start,
                                    end_offset=r.end, log_start=r.log_start, log_end=r.log_end) for r in ranges])
+            s.add_all([DataLossEvent(job_id=job_id, batch_id=batch.id, topic=e.topic, partition=e.partition,
+                                     kind=e.kind, lost_from=e.lost_from, lost_to=e.lost_to) for e in losses])
             return batch.id
+
+    def _check_start(self, s: Session, job: str, job_id: int, start: Positions, last: Batch | None) -> None:
+        snap = self._snapshot(s, job_id)
+        if not snap or _agrees(start, snap):
+            return
+        if last is not None and last.committed_at is None:
+            bounds = self._bounds(s, last.id)
+            begins = {tp: b for tp, (b, _) in bounds.items()}
+            ends = {tp: e for tp, (_, e) in bounds.items()}
+            if _agrees(begins, snap) and _agrees(start, ends):
+                # Spark's checkpoint shows the batch completed; its sink did not commit in offsets_db
+                self.commit(job, last.id, session=s)
+                return
+        raise CheckpointMismatch(job, start, snap)
+
+    @staticmethod
+    def _last_batch(s: Session, job_id: int, lock: bool = False) -> Batch | None:
+        q = select(Batch).where(Batch.job_id == job_id).order_by(Batch.seq.desc()).limit(1)
+        return s.scalar(q.with_for_update() if lock else q)
+
+    @staticmethod
+    def _bounds(s: Session, batch_id: int) -> dict[tuple[str, int], tuple[int, int]]:
+        rows = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset,
+                                BatchOffset.end_offset).where(BatchOffset.batch_id == batch_id)).all()
+        return {(t, p): (b, e) for t, p, b, e in rows}
 
     @staticmethod
     def _same_plan(s: Session, batch_id: int, ranges: list[PlannedRange]) -> bool:
@@ -79,7 +136,7 @@ class OffsetStore:
         return [tuple(r) for r in rows] == [(r.topic, r.partition, r.start, r.end) for r in ranges]
 
     def commit(self, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0,
-               session: Session | None = None) -> bool:
+               session: Session | None = None, spark_batch_id: int | None = None) -> bool:
         """Mark the batch committed and move the job's snapshot to its ends, atomically.
 
         False when the batch was already committed (a replay): nothing changes. Pass `session` to commit
@@ -87,7 +144,8 @@ class OffsetStore:
         """
         if session is None:
             with Session(self.engine) as s, s.begin():
-                return self.commit(job, batch_id, rows_written, dead_letters, session=s)
+                return self.commit(job, batch_id, rows_written, dead_letters, session=s,
+                                   spark_batch_id=spark_batch_id)
         s = session
         job_id = self._job_id(s, job)
         batch = s.scalar(select(Batch).where(Batch.id == batch_id, Batch.job_id == job_id).with_for_update())
@@ -106,16 +164,48 @@ class OffsetStore:
                 set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
                       "updated_at": func.now()}))
         batch.committed_at = func.now()
+        if spark_batch_id is not None:
+            batch.spark_batch_id = spark_batch_id
         batch.rows_written = rows_written
         batch.dead_letters = dead_letters
         return True
+
+    def pending_batch(self, job: str, session: Session) -> int | None:
+        """The sink's half of the commit protocol, inside the sink's transaction: the job's newest planned
+        batch, locked, or None when it is already committed (a replay: the sink drops its staged rows)."""
+        job_id = self._job_id(session, job)
+        last = self._last_batch(session, job_id, lock=True)
+        if last is None:
+            raise LookupError(f"job {job!r} has no planned batch: give the source the same job option as the sink")
+        if last.committed_at is not None:
+            return None
+        if session.scalar(select(Job.kind).where(Job.id == job_id)) == "stream":
+            begins = {tp: b for tp, (b, _) in self._bounds(session, last.id).items()}
+            snap = self._snapshot(session, job_id)
+            if snap and not _agrees(begins, snap):
+                raise CheckpointMismatch(job, begins, snap)
+        return last.id
+
+    def commit_through(self, job: str, end: Positions) -> bool:
+        """Commit the newest planned batch if it ends at `end` (Spark committed it; the sink did not)."""
+        with Session(self.engine) as s, s.begin():
+            job_id = self._job_id(s, job)
+            last = self._last_batch(s, job_id, lock=True)
+            if last is None or last.committed_at is not None:
+                return False
+            ends = {tp: e for tp, (_, e) in self._bounds(s, last.id).items()}
+            if ends != {tp: o for tp, o in end.items() if tp in ends}:
+                return False
+            return self.commit(job, last.id, session=s)
+
+    @staticmethod
+    def _snapshot(s: Session, job_id: int) -> Positions:
+        rows = s.execute(select(Snapshot.topic, Snapshot.partition, Snapshot.next_offset)
+                         .where(Snapshot.job_id == job_id)).all()
+        return {(t, p): o for t, p, o in rows}
 
     def snapshot(self, job: str) -> dict[tuple[str, int], int]:
         """The resume state: next offset per (topic, partition); empty for a job never committed."""
         with Session(self.engine) as s:
             job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
-            if job_id is None:
-                return {}
-            rows = s.execute(select(Snapshot.topic, Snapshot.partition, Snapshot.next_offset)
-                             .where(Snapshot.job_id == job_id)).all()
-            return {(t, p): o for t, p, o in rows}
+            return {} if job_id is None else self._snapshot(s, job_id)

@@ -1,4 +1,5 @@
-"""The only code that asks the broker about topics and offsets (Spark's KafkaOffsetReaderAdmin)."""
+"""The only code that asks the broker about topics and offsets (Spark's KafkaOffsetReaderAdmin), and the one
+place that writes a consumer group's committed offsets (`commitToGroup`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.kafka.errors import BrokerError
@@ -70,3 +72,20 @@ class Broker:
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(ms) for tp, ms in times.items()},
                                    "looking up offsets for timestamps")
         return {tp: (off if off >= 0 else None) for tp, off in found.items()}
+
+    def commit_group(self, group: str, positions: Mapping[TopicPartition, int]) -> None:
+        """Set the group's committed offsets (next offset to read), so Kafka's lag tools see the job.
+
+        Kafka refuses this while the group has active members: a group used only for this mirror has none.
+        """
+        if not positions:
+            return
+        started = time.monotonic()
+        request = ConsumerGroupTopicPartitions(group, [KTopicPartition(tp.topic, tp.partition, off)
+                                                       for tp, off in sorted(positions.items())])
+        futures = self._admin.alter_consumer_group_offsets([request], request_timeout=self.timeout_s)
+        try:
+            for fut in futures.values():
+                fut.result(timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail(f"committing offsets to consumer group {group!r}", exc, started) from None

@@ -23,6 +23,7 @@ class Plan:
     ranges: list[OffsetRange]
     watermarks: Watermarks
     losses: list[DataLoss] = field(default_factory=list)
+    bounds: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)  # [begin, end) per partition
 
 
 def _partitions(opts: SourceOptions, broker: Broker) -> list[TopicPartition]:
@@ -48,8 +49,10 @@ def plan_bounded(opts: SourceOptions, broker: Broker) -> Plan:
     planner.ranges_between(start, end, option=end_name)  # an end before its start is the user's error
     losses = data_loss.enforce(data_loss.below_log_start(start, wm), opts.fail_on_data_loss)
     start = data_loss.skip_lost(start, wm)
-    ranges = planner.ranges_between(start, {tp: max(off, start[tp]) for tp, off in end.items()}, option=end_name)
-    return Plan(planner.split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition), wm, losses)
+    end = {tp: max(off, start[tp]) for tp, off in end.items()}
+    ranges = planner.ranges_between(start, end, option=end_name)
+    return Plan(planner.split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition), wm, losses,
+                {tp: (start[tp], end[tp]) for tp in end})
 
 
 def _spec_name(opts: SourceOptions, side: str) -> str:
@@ -73,19 +76,24 @@ class StreamEnumerator:
         self._last_trigger = time.monotonic()
         self._initial: Positions | None = None
 
-    def initial(self) -> Positions:
-        """Resolved once: Spark asks twice in a fresh query, and `latest` must not move in between."""
+    def initial(self, resume: Positions | None = None) -> Positions:
+        """Resolved once: Spark asks twice in a fresh query, and `latest` must not move in between.
+
+        `resume` (the job's snapshot in offsets_db) wins over the starting spec for the partitions it has;
+        a resumed offset that aged out meanwhile is left for the data-loss rules of the first plan.
+        """
         if self._initial is None:
-            self._initial = self._resolve_initial()
+            self._initial = self._resolve_initial(resume or {})
         return self._initial
 
-    def _resolve_initial(self) -> Positions:
+    def _resolve_initial(self, resume: Positions) -> Positions:
         parts = _partitions(self.opts, self.broker)
         wm = self.broker.watermarks(parts)
         start = resolve(self.opts.starting, parts, wm, self.broker.offsets_for_times,
                         option=_spec_name(self.opts, "starting"), default=Latest(), strict=self.opts.strict_offsets)
+        start = {tp: off for tp, off in start.items() if tp not in resume}
         planner.check_within_log(start, wm, option=_spec_name(self.opts, "starting"))
-        return start
+        return {**start, **{tp: resume[tp] for tp in parts if tp in resume}}
 
     def latest(self) -> tuple[Positions, Watermarks]:
         """Partitions are listed again every round, so new ones (and new pattern matches) are picked up."""
@@ -127,6 +135,7 @@ class StreamEnumerator:
         losses += [e for e in data_loss.below_log_start(begin, wm) if TopicPartition(e.topic, e.partition) not in new]
         data_loss.enforce(losses, self.opts.fail_on_data_loss)
         begin = data_loss.skip_lost(begin, wm)
-        ranges = planner.ranges_between(begin, {tp: max(end[tp], begin[tp]) for tp in live}, option="offsets")
+        finish = {tp: max(end[tp], begin[tp]) for tp in live}
+        ranges = planner.ranges_between(begin, finish, option="offsets")
         return Plan(planner.split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition),
-                    wm, losses)
+                    wm, losses, {tp: (begin[tp], finish[tp]) for tp in live})

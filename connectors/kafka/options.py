@@ -17,6 +17,7 @@ from connectors.kafka.offsets import (
 )
 from connectors.kafka.partitions import TopicPartition
 from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
+from offsets_db.names import validate_job_name
 
 # Spark manages these itself; so do we.
 FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
@@ -38,6 +39,9 @@ class SourceOptions:
     include_headers: bool = False
     strict_offsets: bool = False
     poll_timeout_ms: int = 120_000
+    job: str | None = None  # records every planned range in offsets_db under this job name
+    commit_to_group: str | None = None  # Kafka consumer group that mirrors the job's committed offsets
+    offsets_db_url: str | None = None  # where the job's offsets live; None: STREAMFILL_DB_URL
 
     @property
     def bootstrap_servers(self) -> str:
@@ -83,7 +87,31 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         strict_offsets=_bool(opts, "strictOffsets", False),
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
+        job=_job(opts),
+        commit_to_group=_commit_to_group(opts),
+        offsets_db_url=opts.get("offsetsdburl"),
     )
+
+
+def _job(opts: dict[str, str]) -> str | None:
+    if "job" not in opts:
+        return None
+    try:
+        return validate_job_name(opts["job"])
+    except ValueError as exc:
+        raise OptionError("job", opts["job"], "is not a valid job name", str(exc).split(": ", 1)[1]) from None
+
+
+def _commit_to_group(opts: dict[str, str]) -> str | None:
+    group = opts.get("committogroup")
+    if group is None:
+        return None
+    if not group.strip():
+        raise OptionError("commitToGroup", group, "is empty", "Give a consumer group id, e.g. orders-stream")
+    if "job" not in opts:
+        raise OptionError("commitToGroup", group, "needs the job option (offsets_db is the source of truth)",
+                          "Add .option('job', 'NAME')")
+    return group
 
 
 def _subscription(opts: dict[str, str]) -> Subscription:

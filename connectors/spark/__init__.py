@@ -9,7 +9,9 @@ if TYPE_CHECKING:
 
 
 def register(spark: SparkSession) -> None:
-    """Make `streamfill_kafka` available to spark.read and spark.readStream in this session."""
+    """Make `streamfill_kafka` and `streamfill_postgres` available to this session's readers and writers."""
+    from connectors.spark.postgres_sink import PostgresSink
     from connectors.spark.source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(PostgresSink)

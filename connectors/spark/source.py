@@ -19,6 +19,8 @@ from connectors.kafka.options import SourceOptions
 from connectors.kafka.partitions import from_json_shape, to_json_shape
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
+from connectors.spark.tracking import JobTracker
+from streamfill import failpoints
 
 log = logging.getLogger("streamfill.source")
 
@@ -32,6 +34,15 @@ class RangePartition(InputPartition):
 
     def __init__(self, r: OffsetRange) -> None:
         super().__init__(r)
+
+
+def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
+    if opts.job is None:
+        return None
+    from streamfill.settings import Settings
+
+    return JobTracker(opts.job, opts.offsets_db_url or Settings().offsets_db_url, kind,
+                      {"subscription": repr(opts.subscription), "starting": repr(opts.starting)})
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -65,6 +76,9 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         plan = plan_bounded(self.opts, Broker(self.opts.kafka))
+        tracker = _tracker(self.opts, "backfill")
+        if tracker is not None:
+            tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
         return [RangePartition(r) for r in plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -77,10 +91,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._enumerator: StreamEnumerator | None = None
+        self._tracker: JobTracker | None = None
 
     def __getstate__(self) -> dict:
-        # executors only need the options; the enumerator holds broker clients and driver-side state
-        return {"opts": self.opts, "_enumerator": None}
+        # executors only need the options; enumerator and tracker hold clients and driver-side state
+        return {"opts": self.opts, "_enumerator": None, "_tracker": None}
 
     @property
     def enumerator(self) -> StreamEnumerator:
@@ -88,8 +103,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._enumerator = StreamEnumerator(self.opts, Broker(self.opts.kafka))
         return self._enumerator
 
+    @property
+    def tracker(self) -> JobTracker | None:
+        if self._tracker is None:
+            self._tracker = _tracker(self.opts, "stream")
+        return self._tracker
+
     def initialOffset(self) -> dict:
-        return to_json_shape(self.enumerator.initial())
+        """With a job and no checkpoint, the stream resumes where offsets_db says the job stands."""
+        resume = self.tracker.resume() if self.tracker else None
+        if resume:
+            log.info("job %s resumes from offsets_db: %s", self.opts.job, to_json_shape(resume))
+        return to_json_shape(self.enumerator.initial(resume))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
@@ -116,11 +141,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_shape(self.enumerator.latest_seen) if self.enumerator.latest_seen else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        plan = self.enumerator.plan(from_json_shape(start), from_json_shape(end))
+        begin = from_json_shape(start)
+        plan = self.enumerator.plan(begin, from_json_shape(end))
+        if self.tracker is not None:
+            self.tracker.record(plan, start=begin)  # a replayed batch finds its own record
+        failpoints.hit("source.planned")
         return [RangePartition(r) for r in plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        if self.tracker is not None:
+            self.tracker.committed_by_spark(from_json_shape(end))
+            self._mirror_to_group()
+
+    def stop(self) -> None:
+        if self.tracker is not None:
+            self._mirror_to_group()
+
+    def _mirror_to_group(self) -> None:
+        """commitToGroup: the group follows offsets_db (the source of truth), never the other way round."""
+        if self.opts.commit_to_group and self.tracker is not None:
+            self.enumerator.broker.commit_group(self.opts.commit_to_group, self.tracker.resume())

@@ -1,0 +1,249 @@
+"""`streamfill_postgres`: the exactly-once Postgres sink for df.write and writeStream (design §3).
+
+Tasks COPY their rows into the (target, job) staging table under a write id of their own and return it.
+The driver's commit runs ONE transaction: it takes the job's newest planned batch (recorded by the source),
+moves exactly the staged rows named by the commit messages into the target, and commits the batch's offsets
+and resume snapshot. A batch already committed (a replay) moves nothing. Rows of failed task attempts are
+never named, so they never land; each commit clears what they left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import psycopg2
+from psycopg2 import sql
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
+    IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
+)
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.orm import Session
+
+from connectors.postgres import copy, target
+from connectors.postgres.target import Column, SinkError, Target
+from offsets_db.names import validate_job_name
+from offsets_db.store import OffsetStore
+from streamfill import failpoints
+
+log = logging.getLogger("streamfill.postgres_sink")
+
+_SIMPLE: list[tuple[type[DataType], str]] = [
+    (StringType, "text"), (BinaryType, "bytea"), (BooleanType, "boolean"), (ByteType, "smallint"),
+    (ShortType, "smallint"), (IntegerType, "integer"), (LongType, "bigint"), (FloatType, "real"),
+    (DoubleType, "double precision"), (DateType, "date"), (TimestampNTZType, "timestamp"),
+    (TimestampType, "timestamptz"),
+]
+
+
+def pg_type(name: str, t: DataType) -> str:
+    if isinstance(t, DecimalType):
+        return f"numeric({int(t.precision)}, {int(t.scale)})"
+    if isinstance(t, (ArrayType, MapType, StructType)):
+        return "jsonb"
+    for cls, pg in _SIMPLE:
+        if isinstance(t, cls):
+            return pg
+    raise SinkError(f"column {name!r} has Spark type {t.simpleString()}, which streamfill_postgres cannot store; "
+                    "cast it (e.g. to string) before writing")
+
+
+def dsn(url: str) -> str:
+    """libpq's form of a SQLAlchemy URL."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@dataclass
+class StagedWrite(WriterCommitMessage):
+    write_id: str
+    rows: int
+
+
+class PostgresSink(DataSource):
+    """.format("streamfill_postgres").option("table", ...) with job, mode, keyColumns and url."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "streamfill_postgres"
+
+    def writer(self, schema: StructType, overwrite: bool) -> PostgresBatchWriter:
+        return PostgresBatchWriter(_plan(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PostgresStreamWriter:
+        return PostgresStreamWriter(_plan(self.options, schema, overwrite))
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """Everything a task and the commit need, decided once on the driver."""
+
+    url: str
+    target: Target
+    mode: str
+    job: str | None
+    own_stage: bool  # a stage of this write alone (no job): dropped at the end
+
+
+def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
+    opts = {k.lower(): v for k, v in options.items()}
+    if overwrite:
+        raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
+                        "with option mode=replace to upsert rows by key")
+    schema_name, table = target.parse_table(opts.get("table"))
+    mode = target.parse_mode(opts.get("mode"))
+    job = opts.get("job")
+    if job is not None:
+        try:
+            validate_job_name(job)
+        except ValueError as exc:
+            raise SinkError(f"option job: {exc}") from None
+    columns = [Column(f.name, pg_type(f.name, f.dataType)) for f in schema.fields]
+    key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
+    if opts.get("url"):
+        url = opts["url"]
+    else:
+        from streamfill.settings import Settings
+
+        url = Settings().offsets_db_url
+    owner = job or f"write-{uuid.uuid4().hex}"
+    try:
+        conn = psycopg2.connect(dsn(url), connect_timeout=10)
+    except psycopg2.OperationalError as exc:
+        raise SinkError(f"cannot connect to PostgreSQL at {make_url(url).render_as_string()}: "
+                        f"{str(exc).strip()}. Start it (streamfill stack up) or fix the url option / "
+                        "STREAMFILL_DB_URL") from None
+    try:
+        if job is not None:
+            _require_offsets_db(conn, url)
+        tgt = target.prepare(conn, schema_name, table, columns, key, owner)
+    finally:
+        conn.close()
+    return SinkPlan(url, tgt, mode, job, own_stage=job is None)
+
+
+def _require_offsets_db(conn, url: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('batches') IS NOT NULL AND to_regclass('snapshots') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            raise SinkError(f"the database at {make_url(url).render_as_string()} has no offsets_db tables, and a "
+                            "job's offsets commit in the same transaction as its rows. Run `streamfill db "
+                            "upgrade` with STREAMFILL_DB_URL pointing there")
+
+
+def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
+    """One task attempt: COPY every batch into the staging table under a fresh write id."""
+    write_id = uuid.uuid4().hex
+    rows = 0
+    names = plan.target.names
+    conn = psycopg2.connect(dsn(plan.url), connect_timeout=10)
+    try:
+        with conn.cursor() as cur:
+            statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
+                plan.target.stage_ident, sql.SQL(", ").join(map(sql.Identifier, [*names, "_sf_write_id"])))
+            for batch in batches:
+                if batch.num_rows:
+                    cur.copy_expert(statement, _Reader(copy.encode(batch, names, write_id)))
+                    rows += batch.num_rows
+        conn.commit()
+    finally:
+        conn.close()
+    return StagedWrite(write_id, rows)
+
+
+class _Reader:
+    """A file-like over bytes for copy_expert, without a second copy of the buffer."""
+
+    def __init__(self, data: bytes) -> None:
+        self._view, self._pos = memoryview(data), 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else self._pos + size
+        chunk = self._view[self._pos:end].tobytes()
+        self._pos += len(chunk)
+        return chunk
+
+    readline = read
+
+
+def _write_ids(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
+    return [m.write_id for m in messages if isinstance(m, StagedWrite)]
+
+
+def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
+    failpoints.hit("sink.staged")
+    ids = _write_ids(messages)
+    engine = create_engine(plan.url)
+    try:
+        with Session(engine) as s, s.begin():
+            cur = s.connection().connection.dbapi_connection.cursor()
+            store = OffsetStore(engine) if plan.job else None
+            batch_id = store.pending_batch(plan.job, s) if store else None
+            if store is not None and batch_id is None:
+                log.info("job %s: batch already committed (replay); staged rows dropped", plan.job)
+                target.discard(cur, plan.target)
+                return
+            moved = target.move(cur, plan.target, ids, plan.mode)
+            if plan.own_stage:
+                target.drop_stage(cur, plan.target)
+            else:
+                target.discard(cur, plan.target)  # including rows of failed task attempts
+            if store is not None:
+                store.commit(plan.job, batch_id, rows_written=moved, session=s, spark_batch_id=spark_batch_id)
+            log.info("%s.%s: %d rows from %d writes committed", plan.target.schema, plan.target.table, moved,
+                     len(ids))
+    finally:
+        engine.dispose()
+    failpoints.hit("sink.committed")
+
+
+def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """Best effort: staged rows never reach the target without a commit, and the next commit clears them."""
+    try:
+        conn = psycopg2.connect(dsn(plan.url), connect_timeout=10)
+    except psycopg2.OperationalError as exc:
+        log.warning("abort could not reach PostgreSQL (%s); staged rows stay until the next commit", exc)
+        return
+    try:
+        with conn.cursor() as cur:
+            if plan.own_stage:
+                target.drop_stage(cur, plan.target)
+            else:
+                target.discard(cur, plan.target, _write_ids(messages))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+class PostgresBatchWriter(DataSourceArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedWrite:
+        return _stage(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.plan, messages, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.plan, messages)
+
+
+class PostgresStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedWrite:
+        return _stage(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _commit(self.plan, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _abort(self.plan, messages)

@@ -1,0 +1,35 @@
+"""Named crash points for recovery tests (the failpoints of FoundationDB and TiKV, reduced to two actions).
+
+Off unless `STREAMFILL_FAILPOINT` names a point. Then its `STREAMFILL_FAILPOINT_AT`-th hit (counted across
+processes in `STREAMFILL_FAILPOINT_DIR`) either SIGKILLs the process group `STREAMFILL_FAILPOINT_PGID`
+(action `kill`: the whole Spark driver, JVM and Python workers at once) or waits for a `go` file (action
+`pause`, so a test can break something at exactly that moment).
+
+Points: `source.planned` (range recorded, before the tasks write), `sink.staged` (tasks wrote, before the
+Postgres commit), `sink.committed` (after the Postgres commit, before Spark's commit log).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def hit(point: str) -> None:
+    if os.environ.get("STREAMFILL_FAILPOINT") != point:
+        return
+    folder = Path(os.environ["STREAMFILL_FAILPOINT_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "hits", "a") as f:  # one byte per hit; appends are atomic
+        f.write(".")
+    if (folder / "hits").stat().st_size != int(os.environ.get("STREAMFILL_FAILPOINT_AT", "1")):
+        return
+    if os.environ.get("STREAMFILL_FAILPOINT_ACTION", "kill") == "pause":
+        (folder / "reached").touch()
+        deadline = time.monotonic() + 300
+        while not (folder / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
+    os.killpg(int(os.environ["STREAMFILL_FAILPOINT_PGID"]), signal.SIGKILL)

@@ -1,0 +1,40 @@
+"""A stream from streamfill_kafka into streamfill_postgres, run as its own process so tests can SIGKILL it.
+
+python stream_driver.py TOPIC JOB TABLE CHECKPOINT [MAX_OFFSETS_PER_TRIGGER]
+Runs with Trigger.AvailableNow and exits 0 when everything available has been written. Each row gets a random
+`row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql.functions import expr
+
+from connectors.spark import register
+from spark_jobs.session import spark_session
+from streamfill.settings import Settings
+
+
+def main(topic: str, job: str, table: str, checkpoint: str, max_per_trigger: str = "200") -> None:
+    os.environ["STREAMFILL_FAILPOINT_PGID"] = str(os.getpgrp())
+    settings = Settings()
+    spark = spark_session(f"driver-{job}", settings, {"spark.ui.enabled": "false",
+                                                      "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    query = (spark.readStream.format("streamfill_kafka")
+             .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job).load()
+             .withColumn("row_id", expr("uuid()"))
+             .writeStream.format("streamfill_postgres").option("table", table).option("job", job)
+             .option("keyColumns", "row_id")
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

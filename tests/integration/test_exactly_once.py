@@ -1,0 +1,179 @@
+"""Exactly-once from Kafka into Postgres on the real stack: whatever kills the driver, every record lands once.
+
+Each run is a separate driver process (its own session, so a SIGKILL takes the JVM and Python workers with it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from streamfill.settings import Settings
+from streamfill.stack.postgres import Postgres
+from tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+DRIVER = Path(__file__).with_name("stream_driver.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _records(start: int, count: int, partitions: int = 4) -> list[dict]:
+    return [{"key": str(i).encode(), "value": f'{{"n": {i}}}'.encode(), "partition": i % partitions}
+            for i in range(start, start + count)]
+
+
+def run_driver(topic: str, job: str, table: str, checkpoint: Path, failpoint: dict | None = None,
+               max_per_trigger: int = 200, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for k in list(env):
+        if k.startswith("STREAMFILL_FAILPOINT"):
+            del env[k]
+    env.update(failpoint or {})
+    return subprocess.run([sys.executable, str(DRIVER), topic, job, table, str(checkpoint), str(max_per_trigger)],
+                          env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+
+
+def start_driver(topic: str, job: str, table: str, checkpoint: Path, failpoint: dict) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **failpoint}
+    return subprocess.Popen([sys.executable, str(DRIVER), topic, job, table, str(checkpoint), "200"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def table_rows(url: str, table: str) -> list[tuple[int, int]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(f'SELECT partition, "offset" FROM "{table}"'))]
+    finally:
+        engine.dispose()
+
+
+def expected(count: int, partitions: int = 4) -> list[tuple[int, int]]:
+    per = [0] * partitions
+    out = []
+    for i in range(count):
+        p = i % partitions
+        out.append((p, per[p]))
+        per[p] += 1
+    return sorted(out)
+
+
+def test_sigkill_at_every_point_of_the_commit_cycle_loses_and_duplicates_nothing(stack_settings, bootstrap,
+                                                                               topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 1600))
+    job, table, checkpoint = f"{topic_name}-kill", f"{topic_name}_kill", tmp_path / "checkpoint"
+    points = ["source.planned", "sink.staged", "sink.committed"]
+    kills = 0
+    for i in range(10):
+        if i == 5:
+            produce(bootstrap, topic_name, _records(1600, 1600))  # the log grows between kills
+        fp = tmp_path / f"fp{i}"
+        done = run_driver(topic_name, job, table, checkpoint, {
+            "STREAMFILL_FAILPOINT": points[i % 3], "STREAMFILL_FAILPOINT_AT": str(1 + i % 2),
+            "STREAMFILL_FAILPOINT_DIR": str(fp)})
+        assert done.returncode == -signal.SIGKILL, (
+            f"run {i} was not killed at {points[i % 3]}: rc={done.returncode}\n{done.stderr[-3000:]}")
+        kills += 1
+    done = run_driver(topic_name, job, table, checkpoint)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert kills >= 10
+    rows = table_rows(stack_settings.offsets_db_url, table)
+    assert len(rows) == 3200, "every record exactly once"
+    assert sorted(rows) == expected(3200)
+    engine = create_engine(stack_settings.offsets_db_url)
+    with engine.connect() as conn:
+        latest = dict(conn.execute(text("SELECT partition, next_offset FROM latest_offsets WHERE job = :j"),
+                                   {"j": job}).all())
+        committed = conn.execute(text(
+            "SELECT coalesce(sum(rows_written), 0) FROM batches b JOIN jobs j ON j.id = b.job_id "
+            "WHERE j.name = :j AND committed_at IS NOT NULL"), {"j": job}).scalar()
+    engine.dispose()
+    assert latest == {p: 800 for p in range(4)}
+    assert committed == 3200, "rows_written of committed batches add up to the table"
+
+
+def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refused(stack_settings, bootstrap,
+                                                                                  topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 800))
+    job, table, checkpoint = f"{topic_name}-ck", f"{topic_name}_ck", tmp_path / "checkpoint"
+    assert run_driver(topic_name, job, table, checkpoint).returncode == 0
+    stale = tmp_path / "stale"
+    shutil.copytree(checkpoint, stale)
+
+    produce(bootstrap, topic_name, _records(800, 800))
+    shutil.rmtree(checkpoint)  # no checkpoint: the stream starts where offsets_db says, not at earliest
+    done = run_driver(topic_name, job, table, checkpoint)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(table_rows(stack_settings.offsets_db_url, table)) == expected(1600)
+
+    produce(bootstrap, topic_name, _records(1600, 400))
+    refused = run_driver(topic_name, job, table, stale)
+    assert refused.returncode != 0
+    assert "disagrees with offsets_db" in refused.stderr
+    assert f"{topic_name}-0: checkpoint 200, offsets_db 400" in refused.stderr
+    assert "delete the checkpoint directory" in refused.stderr
+    assert sorted(table_rows(stack_settings.offsets_db_url, table)) == expected(1600), "nothing written"
+
+
+@pytest.fixture
+def private_postgres(stack_settings):
+    """A PostgreSQL of its own (the shared one also holds Airflow's metadata, which must not go away)."""
+    from offsets_db.migrate import upgrade
+    from streamfill.stack.process import port_free
+
+    port = next(p for p in range(stack_settings.pg_port + 100, stack_settings.pg_port + 200)
+                if port_free(stack_settings.host, p))
+    settings = Settings(home=stack_settings.home / f"test-pg-{uuid.uuid4().hex[:8]}", pg_port=port,
+                        db_url=None)
+    postgres = Postgres(settings)
+    postgres.prepare()
+    postgres.start()
+    upgrade(settings.offsets_db_url)
+    yield postgres
+    postgres.stop()
+    shutil.rmtree(settings.home, ignore_errors=True)
+
+
+def test_postgres_stopped_at_commit_fails_the_batch_and_the_restart_completes_exactly_once(
+        private_postgres, bootstrap, topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 1200))
+    url = private_postgres.settings.offsets_db_url
+    job, table, checkpoint = f"{topic_name}-pg", f"{topic_name}_pg", tmp_path / "checkpoint"
+    fp = tmp_path / "fp"
+    driver = start_driver(topic_name, job, table, checkpoint, {
+        "STREAMFILL_DB_URL": url, "STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "3",
+        "STREAMFILL_FAILPOINT_ACTION": "pause", "STREAMFILL_FAILPOINT_DIR": str(fp)})
+    try:
+        deadline = time.monotonic() + 240
+        while not (fp / "reached").exists():
+            assert driver.poll() is None, driver.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the third commit never started"
+            time.sleep(0.2)
+        before = table_rows(url, table)
+        private_postgres.stop()
+        (fp / "go").touch()
+        _, err = driver.communicate(timeout=240)
+        assert driver.returncode != 0, "the batch must fail when PostgreSQL is down at commit"
+        assert "Connection refused" in err, err[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        private_postgres.start()
+    assert len(before) == 400, "two batches of 200 were committed before the stop"
+    assert sorted(table_rows(url, table)) == sorted(before), "nothing half-written"
+    done = run_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(table_rows(url, table)) == expected(1200)

@@ -1,0 +1,158 @@
+"""streamfill_postgres on real Spark and PostgreSQL: the commit protocol, modes, types and bad options."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.errors import AnalysisException
+from pyspark.sql import functions as F
+from sqlalchemy import create_engine, text
+
+from tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def db(stack_settings):
+    engine = create_engine(stack_settings.offsets_db_url)
+    yield engine
+    engine.dispose()
+
+
+def scalar(db, sql: str, **params):
+    with db.connect() as conn:
+        return conn.execute(text(sql), params).scalar()
+
+
+def kafka_df(spark, bootstrap, topic, **options):
+    reader = spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap) \
+        .option("subscribe", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def write(df, table, **options):
+    writer = df.write.format("streamfill_postgres").mode("append").option("table", table)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.save()
+
+
+def test_a_bounded_job_commits_its_plan_and_a_rerun_of_the_same_plan_writes_nothing(spark, bootstrap, topic_name,
+                                                                                 db):
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [{"value": b"v%d" % i, "partition": i % 2} for i in range(300)])
+    job, table = f"{topic_name}-bf", f"{topic_name}_bf"
+    # a random key per row: only the commit protocol, not the key, can stop the rerun from landing again
+    df = kafka_df(spark, bootstrap, topic_name, job=job).withColumn("row_id", F.expr("uuid()"))
+    write(df, table, job=job, keyColumns="row_id")
+    write(df, table, job=job, keyColumns="row_id")
+    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 300
+    assert scalar(db, "SELECT count(*) FROM offset_history WHERE job = :j AND committed", j=job) == 2
+    assert scalar(db, "SELECT sum(rows_written) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j",
+                  j=job) == 300
+    stage = scalar(db, "SELECT tablename FROM pg_tables WHERE tablename LIKE :p", p=f"_sf_stage_{table[:30]}%")
+    assert scalar(db, f'SELECT count(*) FROM "{stage}"') == 0, "nothing stays staged after a commit"
+
+
+def test_append_new_keeps_existing_rows_and_replace_upserts(spark, db):
+    table = f"modes_{uuid.uuid4().hex[:8]}"
+    first = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    write(first, table, keyColumns="id")
+    write(spark.createDataFrame([(2, "B"), (3, "C")], "id long, v string"), table, keyColumns="id")
+    with db.connect() as conn:
+        assert dict(conn.execute(text(f'SELECT id, v FROM "{table}"')).all()) == {1: "a", 2: "b", 3: "C"}
+    write(spark.createDataFrame([(2, "B2"), (3, "C2")], "id long, v string"), table, keyColumns="id",
+          mode="replace")
+    with db.connect() as conn:
+        assert dict(conn.execute(text(f'SELECT id, v FROM "{table}"')).all()) == {1: "a", 2: "B2", 3: "C2"}
+    assert scalar(db, "SELECT count(*) FROM pg_tables WHERE tablename LIKE :p", p=f"_sf_stage_{table}%") == 0, \
+        "a write without a job drops its staging table"
+
+
+def test_values_survive_the_trip_through_copy(spark, db):
+    table = f"types_{uuid.uuid4().hex[:8]}"
+    ts = dt.datetime(2026, 11, 22, 10, 30, 15, 123456)
+    rows = [(1, b"\x00\x01,\"\n", 'comma, "quote"\nnewline', "", Decimal("12.34"), True, 1.5, ts,
+             dt.date(2026, 1, 2), [{"key": "h", "value": b"\xff"}]),
+            (2, None, None, None, None, None, None, None, None, None)]
+    df = spark.createDataFrame(rows, "id long, b binary, s string, e string, d decimal(10,2), f boolean, "
+                                     "x double, t timestamp, dd date, h array<struct<key:string,value:binary>>")
+    write(df, table, keyColumns="id")
+    with db.connect() as conn:
+        got = conn.execute(text(f'SELECT b, s, e, d, f, x, dd, h FROM "{table}" ORDER BY id')).all()
+        types = dict(conn.execute(text("SELECT column_name, data_type FROM information_schema.columns "
+                                       "WHERE table_name = :t"), {"t": table}).all())
+    assert bytes(got[0][0]) == b"\x00\x01,\"\n"
+    assert got[0][1:7] == ('comma, "quote"\nnewline', "", Decimal("12.34"), True, 1.5, dt.date(2026, 1, 2))
+    assert got[0][7] == [{"key": "h", "value": "ff"}]
+    assert got[1] == (None,) * 8, "nulls stay nulls, and an empty string stays an empty string"
+    assert types["t"] == "timestamp with time zone" and types["h"] == "jsonb" and types["b"] == "bytea"
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, "option table is required"),
+    ({"table": "a.b.c"}, "is not a table name"),
+    ({"table": "t_bad_mode", "mode": "upsert"}, "mode='upsert' is not a sink mode"),
+    ({"table": "t_bad_key", "keyColumns": "nope"}, "keyColumns='nope': column(s) nope are not in the DataFrame"),
+    ({"table": "t_no_key"}, "no topic, partition, offset column(s) for the default unique key"),
+    ({"table": "t_bad_job", "keyColumns": "id", "job": "no spaces"}, "job name 'no spaces' is not valid"),
+    ({"table": "t_bad_url", "keyColumns": "id", "url": "postgresql+psycopg2://x@127.0.0.1:1/none"},
+     "cannot connect to PostgreSQL at postgresql+psycopg2://x@127.0.0.1:1/none"),
+])
+def test_bad_options_fail_before_any_task_with_the_value_and_the_fix(spark, options, expected):
+    df = spark.createDataFrame([(1, "a")], "id long, v string")
+    writer = df.write.format("streamfill_postgres").mode("append")
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    with pytest.raises(AnalysisException) as err:
+        writer.save()
+    assert expected in str(err.value)
+
+
+def test_an_existing_table_is_used_and_checked(spark, db):
+    table = f"existing_{uuid.uuid4().hex[:8]}"
+    with db.begin() as conn:
+        conn.execute(text(f'CREATE TABLE "{table}" (id bigint, v text, note text DEFAULT \'kept\')'))
+    df = spark.createDataFrame([(1, "a")], "id long, v string")
+    with pytest.raises(AnalysisException, match=r"has no unique index on \(id\).*CREATE UNIQUE INDEX ON"):
+        write(df, table, keyColumns="id")
+    with db.begin() as conn:
+        conn.execute(text(f'CREATE UNIQUE INDEX ON "{table}" (id)'))
+    write(df, table, keyColumns="id")
+    with db.connect() as conn:
+        assert conn.execute(text(f'SELECT id, v, note FROM "{table}"')).all() == [(1, "a", "kept")]
+    wider = spark.createDataFrame([(2, "b", 3)], "id long, v string, extra int")
+    with pytest.raises(AnalysisException, match="has no column.* extra"):
+        write(wider, table, keyColumns="id")
+    with pytest.raises(AnalysisException, match="does not truncate tables"):
+        df.write.format("streamfill_postgres").mode("overwrite").option("table", table).option(
+            "keyColumns", "id").save()
+
+
+def test_a_job_records_data_loss_events_with_the_batch(spark, bootstrap, topic_name, db):
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [{"value": b"v%d" % i, "partition": 0} for i in range(100)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_records([KTopicPartition(topic_name, 0, 40)]).values():
+        fut.result(30)
+    job, table = f"{topic_name}-loss", f"{topic_name}_loss"
+    df = kafka_df(spark, bootstrap, topic_name, job=job, failOnDataLoss="false",
+                  startingOffsets=f'{{"{topic_name}": {{"0": 10}}}}')
+    write(df, table, job=job)
+    with db.connect() as conn:
+        loss = conn.execute(text("SELECT e.kind, e.lost_from, e.lost_to, e.batch_id IS NOT NULL FROM "
+                                 "data_loss_events e JOIN jobs j ON j.id = e.job_id WHERE j.name = :j"),
+                            {"j": job}).all()
+        planned = conn.execute(text("SELECT start_offset, end_offset, log_start, log_end FROM offset_history "
+                                    "WHERE job = :j"), {"j": job}).all()
+    assert loss == [("start_below_log_start", 10, 40, True)]
+    assert planned == [(40, 100, 40, 100)]
+    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 60
