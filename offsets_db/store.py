@@ -64,11 +64,18 @@ class OffsetStore:
         self.engine = url if isinstance(url, Engine) else create_engine(url, pool_pre_ping=True)
 
     def ensure_job(self, name: str, kind: str, config: dict[str, Any] | None = None) -> int:
+        """Create the job on its first launch; every launch stores its configuration (the kind stays)."""
         validate_job_name(name)
         with Session(self.engine) as s, s.begin():
-            s.execute(insert(Job).values(name=name, kind=kind, config=config or {})
-                      .on_conflict_do_nothing(index_elements=[Job.name]))
+            stmt = insert(Job).values(name=name, kind=kind, config=config or {})
+            s.execute(stmt.on_conflict_do_update(index_elements=[Job.name], set_={"config": stmt.excluded.config}))
             return s.scalar(select(Job.id).where(Job.name == name))
+
+    def job_config(self, name: str, session: Session | None = None) -> dict[str, Any]:
+        if session is None:
+            with Session(self.engine) as s:
+                return self.job_config(name, s)
+        return session.scalar(select(Job.config).where(Job.name == validate_job_name(name))) or {}
 
     def _job_id(self, s: Session, name: str) -> int:
         job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(name)))

@@ -31,6 +31,7 @@ from connectors.postgres import copy, target
 from connectors.postgres.target import Column, SinkError, Target
 from offsets_db.names import validate_job_name
 from offsets_db.store import OffsetStore
+from connectors.spark.tracking import mirror_to_group
 from streamfill import failpoints
 
 log = logging.getLogger("streamfill.postgres_sink")
@@ -185,6 +186,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
             cur = s.connection().connection.dbapi_connection.cursor()
             store = OffsetStore(engine) if plan.job else None
             batch_id = store.pending_batch(plan.job, s) if store else None
+            config = store.job_config(plan.job, s) if store else {}
             if store is not None and batch_id is None:
                 log.info("job %s: batch already committed (replay); staged rows dropped", plan.job)
                 target.discard(cur, plan.target)
@@ -198,6 +200,8 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
                 store.commit(plan.job, batch_id, rows_written=moved, session=s, spark_batch_id=spark_batch_id)
             log.info("%s.%s: %d rows from %d writes committed", plan.target.schema, plan.target.table, moved,
                      len(ids))
+        if store is not None:
+            mirror_to_group(config, store.snapshot(plan.job))
     finally:
         engine.dispose()
     failpoints.hit("sink.committed")

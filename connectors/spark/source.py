@@ -19,7 +19,7 @@ from connectors.kafka.options import SourceOptions
 from connectors.kafka.partitions import from_json_shape, to_json_shape
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
-from connectors.spark.tracking import JobTracker
+from connectors.spark.tracking import JobTracker, job_config
 from streamfill import failpoints
 
 log = logging.getLogger("streamfill.source")
@@ -41,8 +41,7 @@ def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
         return None
     from streamfill.settings import Settings
 
-    return JobTracker(opts.job, opts.offsets_db_url or Settings().offsets_db_url, kind,
-                      {"subscription": repr(opts.subscription), "starting": repr(opts.starting)})
+    return JobTracker(opts.job, opts.offsets_db_url or Settings().offsets_db_url, kind, job_config(opts))
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -152,15 +151,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
+        """Spark finished the batch ending at `end`; commits it in offsets_db when the sink did not."""
         if self.tracker is not None:
             self.tracker.committed_by_spark(from_json_shape(end))
-            self._mirror_to_group()
-
-    def stop(self) -> None:
-        if self.tracker is not None:
-            self._mirror_to_group()
-
-    def _mirror_to_group(self) -> None:
-        """commitToGroup: the group follows offsets_db (the source of truth), never the other way round."""
-        if self.opts.commit_to_group and self.tracker is not None:
-            self.enumerator.broker.commit_group(self.opts.commit_to_group, self.tracker.resume())

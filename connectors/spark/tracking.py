@@ -5,11 +5,41 @@ from __future__ import annotations
 
 import logging
 
+from collections.abc import Mapping
+
+from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan
+from connectors.kafka.options import SourceOptions
 from connectors.kafka.partitions import Positions, TopicPartition
 from offsets_db.store import OffsetStore, PlannedRange
 
 log = logging.getLogger("streamfill.tracking")
+
+_SECRET_WORDS = ("password", "secret", "jaas", "key", "token", "credential")
+
+
+def job_config(opts: SourceOptions) -> dict:
+    """What offsets_db keeps about a launch; with commitToGroup, the broker options the sink needs to mirror
+    offsets into the group, never credentials (names with password, secret, key, token ... are left out)."""
+    config: dict = {"subscription": repr(opts.subscription), "starting": repr(opts.starting)}
+    if opts.commit_to_group:
+        config["commit_to_group"] = {
+            "group": opts.commit_to_group,
+            "kafka": {k: v for k, v in opts.kafka.items() if not any(w in k.lower() for w in _SECRET_WORDS)}}
+    return config
+
+
+def mirror_to_group(config: Mapping, positions: Mapping[tuple[str, int], int]) -> None:
+    """commitToGroup: the Kafka group follows offsets_db, the source of truth. A failure is logged, not
+    raised: the batch is already committed, and the next batch's mirror catches the group up."""
+    target = config.get("commit_to_group")
+    if not target or not positions:
+        return
+    try:
+        Broker(target["kafka"], timeout_s=10).commit_group(
+            target["group"], {TopicPartition(t, p): off for (t, p), off in positions.items()})
+    except Exception as exc:  # noqa: BLE001
+        log.warning("offsets not mirrored to consumer group %s: %s", target["group"], exc)
 
 
 class JobTracker:
@@ -41,3 +71,4 @@ class JobTracker:
         if self.store.commit_through(self.job, dict(end)):
             log.info("job %s: batch ending at %s committed by the source (the sink does not commit offsets)",
                      self.job, dict(end))
+        mirror_to_group(self.config, self.store.snapshot(self.job))

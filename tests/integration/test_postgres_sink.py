@@ -7,6 +7,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import AnalysisException
@@ -156,3 +157,27 @@ def test_a_job_records_data_loss_events_with_the_batch(spark, bootstrap, topic_n
     assert loss == [("start_below_log_start", 10, 40, True)]
     assert planned == [(40, 100, 40, 100)]
     assert scalar(db, f'SELECT count(*) FROM "{table}"') == 60
+
+
+def test_commit_to_group_mirrors_latest_offsets_into_the_kafka_group(spark, bootstrap, topic_name, db, tmp_path):
+    create_topic(bootstrap, topic_name, 3)
+    job, group = f"{topic_name}-grp", f"{topic_name}-lag"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for round_ in range(2):
+        produce(bootstrap, topic_name, [{"value": b"v", "partition": i % 3} for i in range(round_ * 90, 90 + round_ * 90)])
+        query = (spark.readStream.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic_name).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", 40).option("job", job).option("commitToGroup", group).load()
+                 .writeStream.format("streamfill_postgres").option("table", f"{topic_name}_grp").option("job", job)
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        with db.connect() as conn:
+            latest = dict(conn.execute(text("SELECT partition, next_offset FROM latest_offsets WHERE job = :j"),
+                                       {"j": job}).all())
+        assert latest == {p: 30 * (round_ + 1) for p in range(3)}
+        assert group_offsets(admin, group, topic_name) == latest, "mirrored as the sink committed"
+
+
+def group_offsets(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
+    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic}
