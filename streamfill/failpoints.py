@@ -1,12 +1,15 @@
-"""Named crash points for recovery tests (the failpoints of FoundationDB and TiKV, reduced to two actions).
+"""Named crash points for recovery tests (the failpoints of FoundationDB and TiKV, reduced to three actions).
 
 Off unless `STREAMFILL_FAILPOINT` names a point. Then its `STREAMFILL_FAILPOINT_AT`-th hit (counted across
-processes in `STREAMFILL_FAILPOINT_DIR`) either SIGKILLs the process group `STREAMFILL_FAILPOINT_PGID`
-(action `kill`: the whole Spark driver, JVM and Python workers at once) or waits for a `go` file (action
-`pause`, so a test can break something at exactly that moment).
+processes in `STREAMFILL_FAILPOINT_DIR`) does `STREAMFILL_FAILPOINT_ACTION`:
+- `kill` (default): SIGKILL the process group `STREAMFILL_FAILPOINT_PGID`, i.e. the whole Spark driver, JVM
+  and Python workers at once;
+- `pause`: wait for a `go` file, so a test can break something at exactly that moment;
+- `exit`: this process dies one second later (a lost Python worker; its native client threads run on).
 
 Points: `source.planned` (range recorded, before the tasks write), `sink.staged` (tasks wrote, before the
-Postgres commit), `sink.committed` (after the Postgres commit, before Spark's commit log).
+Postgres commit), `sink.committed` (after the Postgres commit, before Spark's commit log),
+`kafka_sink.batch_sent` (a Kafka sink task handed one more Arrow batch to its producer).
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ def hit(point: str) -> None:
         f.write(".")
     if (folder / "hits").stat().st_size != int(os.environ.get("STREAMFILL_FAILPOINT_AT", "1")):
         return
-    if os.environ.get("STREAMFILL_FAILPOINT_ACTION", "kill") == "pause":
+    action = os.environ.get("STREAMFILL_FAILPOINT_ACTION", "kill")
+    if action == "pause":
         (folder / "reached").touch()
         deadline = time.monotonic() + 300
         while not (folder / "go").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         return
+    if action == "exit":
+        time.sleep(1)
+        os._exit(70)
     os.killpg(int(os.environ["STREAMFILL_FAILPOINT_PGID"]), signal.SIGKILL)

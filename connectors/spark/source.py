@@ -6,7 +6,9 @@ import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter, InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
 )
@@ -19,6 +21,7 @@ from connectors.kafka.options import SourceOptions
 from connectors.kafka.partitions import from_json_shape, to_json_shape
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
+from connectors.spark import kafka_sink
 from connectors.spark.tracking import JobTracker, job_config
 from streamfill import failpoints
 
@@ -52,7 +55,8 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordB
 
 
 class KafkaDataSource(DataSource):
-    """spark.read / spark.readStream .format("streamfill_kafka") with Spark's Kafka option names."""
+    """.format("streamfill_kafka") with Spark's Kafka option names: a source for spark.read and
+    spark.readStream, a sink for df.write and writeStream (`kafka_sink`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -67,6 +71,12 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(source_options.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return kafka_sink.KafkaBatchWriter(kafka_sink.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return kafka_sink.KafkaStreamWriter(kafka_sink.parse(self.options, schema))
 
 
 class KafkaBatchReader(DataSourceReader):

@@ -1,0 +1,115 @@
+"""Arrow batches -> Kafka records, with Spark's Kafka sink semantics. Runs on executors; no Spark import.
+
+Columns as in Spark: `value` (required), `key`, `topic` (unless the `topic` option is set, which wins),
+`partition` and `headers`. Sends are asynchronous; the first delivery error fails the task after a flush,
+naming topic, partition and the broker's error. With a transactional id the task's records go out in one
+Kafka transaction: committed when the task has sent everything, aborted (or fenced by the retry, which uses
+the same id) when it fails, so read_committed consumers never see a failed attempt's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from connectors.kafka.errors import BrokerError
+from streamfill import failpoints
+
+# Spark's producer default; librdkafka's own is 300 s
+PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compression.type": "lz4"}
+
+
+@dataclass
+class _Delivery:
+    sent: int = 0
+    first_error: str | None = None
+    errors: int = 0
+
+    def __call__(self, err: KafkaError | None, msg) -> None:
+        if err is None:
+            self.sent += 1
+            return
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = (f"delivery to topic {msg.topic()} partition {msg.partition()} failed: {err.str()} "
+                                f"({err.name()})")
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list | None:
+    idx = batch.schema.get_field_index(name)
+    return None if idx < 0 else batch.column(idx).to_pylist()
+
+
+def _bytes(v: object) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+def write_batches(batches: Iterator[pa.RecordBatch], kafka: Mapping[str, str], topic: str | None,
+                  transactional_id: str | None = None, flush_timeout_s: float | None = None) -> int:
+    """Send every row; return how many were acknowledged. Raises BrokerError on the first failed delivery."""
+    conf = {**PRODUCER_DEFAULTS, **kafka}
+    if transactional_id:
+        conf["transactional.id"] = transactional_id
+        # librdkafka requires delivery.timeout.ms <= transaction.timeout.ms (60 s by default)
+        conf.setdefault("transaction.timeout.ms", conf["delivery.timeout.ms"])
+    timeout = flush_timeout_s or int(conf["delivery.timeout.ms"]) / 1000 + 10
+    servers = conf.get("bootstrap.servers")
+    producer = Producer(conf)
+    delivery = _Delivery()
+    if transactional_id:
+        try:
+            producer.init_transactions(timeout)  # fences an earlier attempt with this id and aborts its records
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise BrokerError(f"starting a Kafka transaction ({transactional_id}) on bootstrap servers {servers} "
+                              f"failed: {exc}") from None
+    try:
+        for batch in batches:
+            _send(producer, batch, topic, delivery)
+            failpoints.hit("kafka_sink.batch_sent")
+            if delivery.first_error:
+                break
+        left = producer.flush(timeout)
+        if delivery.first_error is None and left:
+            delivery.first_error = (f"{left} records were not delivered within {timeout:.0f} s "
+                                    f"(delivery.timeout.ms)")
+        if delivery.first_error:
+            raise BrokerError(f"{delivery.first_error}; bootstrap servers {servers}; {delivery.errors} failed "
+                              "deliveries in this task. Check that the broker is reachable and the topic exists")
+        if transactional_id:
+            producer.commit_transaction(timeout)
+    except BaseException:
+        if transactional_id:
+            try:
+                producer.abort_transaction(10)
+            except KafkaException:
+                pass  # a retry with the same transactional id fences and aborts it anyway
+        raise
+    return delivery.sent
+
+
+def _send(producer: Producer, batch: pa.RecordBatch, topic: str | None, delivery: _Delivery) -> None:
+    values = _column(batch, "value")
+    keys = _column(batch, "key") or [None] * batch.num_rows
+    topics = [topic] * batch.num_rows if topic else _column(batch, "topic")
+    partitions = _column(batch, "partition") or [None] * batch.num_rows
+    headers = _column(batch, "headers") or [None] * batch.num_rows
+    for value, key, t, p, h in zip(values, keys, topics, partitions, headers):
+        if t is None:
+            raise BrokerError("a row has a null topic and no topic option is set: set .option('topic', ...) or "
+                              "fill the topic column")
+        kwargs = {"value": _bytes(value), "key": _bytes(key), "on_delivery": delivery}
+        if p is not None:
+            kwargs["partition"] = p
+        if h:
+            kwargs["headers"] = [(x["key"], _bytes(x["value"])) for x in h]
+        while True:
+            try:
+                producer.produce(t, **kwargs)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                producer.poll(0.1)
+        producer.poll(0)
