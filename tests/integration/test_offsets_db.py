@@ -131,3 +131,51 @@ def test_store_records_plans_idempotently_and_commits_with_the_snapshot(fresh_db
     assert [tuple(r) for r in rows] == [(1, True), (2, True)] and written == 15
     store.engine.dispose()
 
+
+
+def test_a_checkpoint_behind_offsets_db_is_refused_and_one_a_foreign_sink_finished_is_accepted(fresh_db):
+    from offsets_db.store import CheckpointMismatch, OffsetStore
+
+    upgrade(fresh_db)
+    store = OffsetStore(fresh_db)
+    store.ensure_job("s", "stream")
+    first = store.record_planned("s", plan({0: (0, 10)}), start={("orders", 0): 0})
+    store.commit("s", first)
+    with pytest.raises(CheckpointMismatch, match="orders-0: checkpoint 3, offsets_db 10"):
+        store.record_planned("s", plan({0: (3, 20)}), start={("orders", 0): 3})
+    # a sink that does not commit offsets: Spark's checkpoint is one batch ahead of offsets_db
+    second = store.record_planned("s", plan({0: (10, 20)}), start={("orders", 0): 10})
+    third = store.record_planned("s", plan({0: (20, 25)}), start={("orders", 0): 20})
+    assert store.snapshot("s") == {("orders", 0): 20}, "the batch Spark finished is committed on the way"
+    assert third != second
+    store.engine.dispose()
+
+
+def test_offsets_cli_shows_history_latest_and_lag(fresh_db):
+    from offsets_db.store import OffsetStore
+
+    upgrade(fresh_db)
+    store = OffsetStore(fresh_db)
+    store.ensure_job("cli-job", "stream")
+    store.ensure_job("other", "stream")
+    store.commit("cli-job", store.record_planned("cli-job", plan({0: (0, 10), 1: (0, 5)})))
+    store.commit("other", store.record_planned("other", plan({0: (0, 99)})))
+    store.engine.dispose()
+    env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
+    cli = str(Path(sys.executable).parent / "streamfill")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([cli, "offsets", *args], env=env, capture_output=True, text=True, timeout=120)
+
+    import json
+
+    latest = json.loads(run("latest", "--job", "cli-job", "--format", "json").stdout)
+    assert [(r["partition"], r["next_offset"]) for r in latest] == [(0, 10), (1, 5)]
+    lag = json.loads(run("lag", "--job", "cli-job", "--topic", "orders", "--format", "json").stdout)
+    assert [(r["partition"], r["lag"]) for r in lag] == [(0, 10), (1, 10)]
+    history = run("history", "--job", "cli-job", "--since", "1h")
+    assert history.returncode == 0 and "history of job cli-job" in history.stdout and "99" not in history.stdout
+    assert json.loads(run("history", "--job", "cli-job", "--since", "2100-01-01T00:00:00",
+                          "--format", "json").stdout) == []
+    unknown = run("latest", "--job", "nope")
+    assert unknown.returncode == 1 and "job 'nope' is not in offsets_db; known jobs: cli-job, other" in unknown.stderr

@@ -1,0 +1,100 @@
+"""Pure parts of the sinks and the offsets tools: option rules, COPY encoding, error texts."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+import typer
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from connectors.kafka.errors import OptionError
+from connectors.kafka.options import parse as parse_source
+from connectors.postgres import copy, target
+from connectors.postgres.target import SinkError
+from connectors.spark import kafka_sink
+from offsets_db.store import CheckpointMismatch
+from streamfill.cli import parse_since
+
+pytestmark = pytest.mark.unit
+
+
+def test_table_names_and_schemas():
+    assert target.parse_table("orders") == (None, "orders")
+    assert target.parse_table("sales.Orders") == ("sales", "Orders")
+    for bad in (None, " ", "a.b.c", "a.", "x" * 64):
+        with pytest.raises(SinkError, match="table"):
+            target.parse_table(bad)
+
+
+def test_key_defaults_to_kafka_coordinates_and_names_what_is_missing():
+    assert target.parse_key(None, ["topic", "partition", "offset", "v"]) == ("topic", "partition", "offset")
+    assert target.parse_key(" id , day", ["id", "day"]) == ("id", "day")
+    with pytest.raises(SinkError, match="set keyColumns"):
+        target.parse_key(None, ["id"])
+    with pytest.raises(SinkError, match="nope are not in the DataFrame"):
+        target.parse_key("id,nope", ["id"])
+
+
+def test_modes():
+    assert target.parse_mode(None) == "append-new"
+    assert target.parse_mode("REPLACE") == "replace"
+    with pytest.raises(SinkError, match="append-new .* or replace"):
+        target.parse_mode("merge")
+
+
+def test_stage_names_fit_postgres_and_differ_per_job():
+    a = target.stage_name("public", "x" * 63, "job-a")
+    b = target.stage_name("public", "x" * 63, "job-b")
+    assert len(a) <= 63 and a != b
+
+
+def test_copy_encoding_round_trips_through_csv():
+    batch = pa.record_batch({
+        "b": pa.array([b"\x00,\n\"", None], pa.binary()),
+        "s": pa.array(['a,"b"\nc', ""]),
+        "n": pa.array([1, None], pa.int64()),
+        "h": pa.array([[{"key": "k", "value": b"\x01"}], None],
+                      pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    })
+    rows = list(csv.reader(io.StringIO(copy.encode(batch, ["b", "s", "n", "h"], "w1").decode())))
+    assert rows[0] == ["\\x002c0a22", 'a,"b"\nc', "1", '[{"key": "k", "value": "01"}]', "w1"]
+    assert rows[1] == ["", "", "", "", "w1"]  # csv.reader cannot tell NULL from "", Postgres can (quoting)
+    raw = copy.encode(batch.slice(1), ["s", "n"], "w1").decode()
+    assert raw == '"",,"w1"\n', "empty string quoted, NULL bare"
+
+
+def test_checkpoint_mismatch_names_both_positions_and_the_ways_out():
+    text = str(CheckpointMismatch("orders", {("t", 0): 5, ("t", 1): 9}, {("t", 0): 7, ("t", 1): 9}))
+    assert "t-0: checkpoint 5, offsets_db 7" in text and "t-1" not in text
+    assert "delete the checkpoint directory" in text and "new job name" in text
+
+
+def test_source_job_options():
+    base = {"kafka.bootstrap.servers": "b:1", "subscribe": "t"}
+    assert parse_source({**base, "job": "orders.v2"}, streaming=True).job == "orders.v2"
+    with pytest.raises(OptionError, match="option job='a b'"):
+        parse_source({**base, "job": "a b"}, streaming=True)
+    with pytest.raises(OptionError, match="commitToGroup.*needs the job option"):
+        parse_source({**base, "commitToGroup": "g"}, streaming=True)
+
+
+def test_kafka_sink_options():
+    schema = StructType([StructField("topic", StringType()), StructField("value", StringType())])
+    opts = kafka_sink.parse({"kafka.bootstrap.servers": "b:1", "transactional": "true"}, schema)
+    assert opts.topic is None and opts.transactional_prefix.startswith("streamfill-")
+    bad = StructType([StructField("value", IntegerType())])
+    with pytest.raises(OptionError, match="option value='int'.*Cast it to string or binary"):
+        kafka_sink.parse({"kafka.bootstrap.servers": "b:1", "topic": "t"}, bad)
+
+
+def test_since_takes_ages_and_iso_times():
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("90m", now) == now - timedelta(minutes=90)
+    assert parse_since("2026-11-22T10:00:00", now) == datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+    assert parse_since(None, now) is None
+    with pytest.raises(typer.BadParameter, match="neither an ISO-8601 time nor an age"):
+        parse_since("yesterday", now)
