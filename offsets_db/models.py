@@ -51,7 +51,8 @@ class Batch(Base):
 
     __tablename__ = "batches"
     __table_args__ = (UniqueConstraint("job_id", "seq", name="batches_job_seq"),
-                      Index("batches_job_committed", "job_id", "committed_at"))
+                      Index("batches_job_committed", "job_id", "committed_at"),
+                      Index("batches_job_planned", "job_id", "planned_at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -62,6 +63,7 @@ class Batch(Base):
     committed_at: Mapped[datetime | None]
     rows_written: Mapped[int | None] = mapped_column(BigInteger)
     dead_letters: Mapped[int | None] = mapped_column(BigInteger)
+    behind: Mapped[int | None] = mapped_column(BigInteger)  # sum over partitions of log_end - end at planning
 
 
 class BatchOffset(Base):

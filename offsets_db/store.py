@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import BigInteger, Engine, create_engine, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -101,7 +101,8 @@ class OffsetStore:
             if start is not None:
                 self._check_start(s, job, job_id, start, last)
             seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == job_id)) or 0) + 1
-            batch = Batch(job_id=job_id, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id)
+            behind = sum(r.log_end - r.end for r in ranges if r.log_end is not None)
+            batch = Batch(job_id=job_id, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind)
             s.add(batch)
             s.flush()
             s.add_all([BatchOffset(batch_id=batch.id, topic=r.topic, partition=r.partition, start_offset=r.start,
@@ -160,16 +161,15 @@ class OffsetStore:
             raise LookupError(f"batch {batch_id} of job {job!r} was never planned")
         if batch.committed_at is not None:
             return False
-        ends = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset)
-                         .where(BatchOffset.batch_id == batch_id)).all()
-        if ends:
-            stmt = insert(Snapshot).values([
-                {"job_id": job_id, "topic": t, "partition": p, "next_offset": e, "batch_id": batch_id}
-                for t, p, e in ends])
-            s.execute(stmt.on_conflict_do_update(
-                index_elements=[Snapshot.job_id, Snapshot.topic, Snapshot.partition],
-                set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
-                      "updated_at": func.now()}))
+        # one statement of a fixed shape (compiled once, cached): the batch's ends become the snapshot
+        stmt = insert(Snapshot.__table__).from_select(
+            ["job_id", "topic", "partition", "next_offset", "batch_id"],
+            select(literal(job_id, BigInteger), BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset,
+                   BatchOffset.batch_id).where(BatchOffset.batch_id == batch_id))
+        s.connection().execute(stmt.on_conflict_do_update(
+            index_elements=["job_id", "topic", "partition"],
+            set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
+                  "updated_at": func.now()}))
         batch.committed_at = func.now()
         if spark_batch_id is not None:
             batch.spark_batch_id = spark_batch_id

@@ -1,4 +1,5 @@
-"""The SQL views people query: offset_history, latest_offsets, consumer_lag (created by migration 0002)."""
+"""The SQL views people query: offset_history, latest_offsets, consumer_lag (migration 0002) and lag_history
+(migration 0003)."""
 
 OFFSET_HISTORY = """
 CREATE OR REPLACE VIEW offset_history AS
@@ -35,4 +36,14 @@ LEFT JOIN LATERAL (
 ) le ON true
 """
 
-ALL = {"offset_history": OFFSET_HISTORY, "latest_offsets": LATEST_OFFSETS, "consumer_lag": CONSUMER_LAG}
+# One row per batch: how far behind the log end the job was when it planned it, summed over partitions.
+# Answers "how did the lag change" from batches alone, without scanning every partition's row.
+LAG_HISTORY = """
+CREATE OR REPLACE VIEW lag_history AS
+SELECT j.name AS job, b.seq AS batch_seq, b.planned_at, b.committed_at, b.behind
+FROM batches b
+JOIN jobs j ON j.id = b.job_id
+"""
+
+ALL = {"offset_history": OFFSET_HISTORY, "latest_offsets": LATEST_OFFSETS, "consumer_lag": CONSUMER_LAG,
+       "lag_history": LAG_HISTORY}

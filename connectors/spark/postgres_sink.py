@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
     IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
 )
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.orm import Session
 
 from connectors.postgres import copy, target
@@ -177,33 +177,40 @@ def _write_ids(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
     return [m.write_id for m in messages if isinstance(m, StagedWrite)]
 
 
+_engines: dict[str, Engine] = {}
+
+
+def _engine(url: str) -> Engine:
+    """One pool per database in this Python process: a micro-batch commit should not pay for a new connection."""
+    if url not in _engines:
+        _engines[url] = create_engine(url, pool_pre_ping=True, pool_size=1)
+    return _engines[url]
+
+
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
     failpoints.hit("sink.staged")
     ids = _write_ids(messages)
-    engine = create_engine(plan.url)
-    try:
-        with Session(engine) as s, s.begin():
-            cur = s.connection().connection.dbapi_connection.cursor()
-            store = OffsetStore(engine) if plan.job else None
-            batch_id = store.pending_batch(plan.job, s) if store else None
-            config = store.job_config(plan.job, s) if store else {}
-            if store is not None and batch_id is None:
-                log.info("job %s: batch already committed (replay); staged rows dropped", plan.job)
-                target.discard(cur, plan.target)
-                return
-            moved = target.move(cur, plan.target, ids, plan.mode)
-            if plan.own_stage:
-                target.drop_stage(cur, plan.target)
-            else:
-                target.discard(cur, plan.target)  # including rows of failed task attempts
-            if store is not None:
-                store.commit(plan.job, batch_id, rows_written=moved, session=s, spark_batch_id=spark_batch_id)
-            log.info("%s.%s: %d rows from %d writes committed", plan.target.schema, plan.target.table, moved,
-                     len(ids))
+    engine = _engine(plan.url)
+    with Session(engine) as s, s.begin():
+        cur = s.connection().connection.dbapi_connection.cursor()
+        store = OffsetStore(engine) if plan.job else None
+        batch_id = store.pending_batch(plan.job, s) if store else None
+        config = store.job_config(plan.job, s) if store else {}
+        if store is not None and batch_id is None:
+            log.info("job %s: batch already committed (replay); staged rows dropped", plan.job)
+            target.discard(cur, plan.target)
+            return
+        moved = target.move(cur, plan.target, ids, plan.mode)
+        if plan.own_stage:
+            target.drop_stage(cur, plan.target)
+        else:
+            target.discard(cur, plan.target)  # including rows of failed task attempts
         if store is not None:
-            mirror_to_group(config, store.snapshot(plan.job))
-    finally:
-        engine.dispose()
+            store.commit(plan.job, batch_id, rows_written=moved, session=s, spark_batch_id=spark_batch_id)
+        log.info("%s.%s: %d rows from %d writes committed", plan.target.schema, plan.target.table, moved,
+                 len(ids))
+    if store is not None and config.get("commit_to_group"):
+        mirror_to_group(config, store.snapshot(plan.job))
     failpoints.hit("sink.committed")
 
 

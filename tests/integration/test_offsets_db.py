@@ -48,7 +48,7 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
     engine.dispose()
     assert {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
             "quality_results"} <= tables
-    assert views == {"offset_history", "latest_offsets", "consumer_lag"}
+    assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history"}
 
 
 def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
@@ -67,7 +67,7 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
         s.add_all([a, b])
         s.flush()
         for seq, (start, end, log_end) in enumerate([(0, 100, 150), (100, 150, 400)]):
-            batch = Batch(job_id=a.id, seq=seq, spark_batch_id=seq)
+            batch = Batch(job_id=a.id, seq=seq, spark_batch_id=seq, behind=log_end - end)
             s.add(batch)
             s.flush()
             s.add(BatchOffset(batch_id=batch.id, topic="orders", partition=0, start_offset=start, end_offset=end,
@@ -92,11 +92,16 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
         assert [tuple(r) for r in latest] == [("orders-stream", 150), ("orders.backfill", 7)]
         lag = conn.execute(text("SELECT job, log_end, lag FROM consumer_lag ORDER BY job")).all()
         assert [tuple(r) for r in lag] == [("orders-stream", 400, 250), ("orders.backfill", 7, 0)]
-        trend = conn.execute(text(  # the README's "over the last hour" query
+        trend = conn.execute(text(  # the README's "over the last hour" queries
+            "SELECT date_trunc('minute', planned_at) AS minute, max(behind) AS behind FROM lag_history "
+            "WHERE job = :j AND planned_at > now() - interval '1 hour' GROUP BY 1 ORDER BY 1"),
+            {"j": "orders-stream"}).all()
+        assert [r.behind for r in trend] == [250]
+        per_partition = conn.execute(text(
             "SELECT date_trunc('minute', planned_at) AS minute, topic, partition, max(log_end - end_offset) AS behind "
             "FROM offset_history WHERE job = :j AND planned_at > now() - interval '1 hour' "
             "GROUP BY 1, 2, 3 ORDER BY 1"), {"j": "orders-stream"}).all()
-        assert [r.behind for r in trend] == [250]
+        assert [r.behind for r in per_partition] == [250]
     engine.dispose()
 
 
@@ -179,3 +184,29 @@ def test_offsets_cli_shows_history_latest_and_lag(fresh_db):
                           "--format", "json").stdout) == []
     unknown = run("latest", "--job", "nope")
     assert unknown.returncode == 1 and "job 'nope' is not in offsets_db; known jobs: cli-job, other" in unknown.stderr
+
+
+def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from offsets_db.models import Base
+
+    upgrade(fresh_db)
+    engine = create_engine(fresh_db)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_planning_records_how_far_behind_the_job_was(fresh_db):
+    from offsets_db.store import OffsetStore
+
+    upgrade(fresh_db)
+    store = OffsetStore(fresh_db)
+    store.ensure_job("lagging", "stream")
+    store.record_planned("lagging", plan({0: (0, 10), 1: (0, 5)}))  # log_end = end + 10 on each partition
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT behind FROM lag_history WHERE job = 'lagging'")).scalar() == 20
+    store.engine.dispose()

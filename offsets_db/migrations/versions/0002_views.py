@@ -14,11 +14,15 @@ branch_labels = None
 depends_on = None
 
 
+VIEWS = {"offset_history": views.OFFSET_HISTORY, "latest_offsets": views.LATEST_OFFSETS,
+         "consumer_lag": views.CONSUMER_LAG}
+
+
 def upgrade() -> None:
-    for sql in views.ALL.values():
+    for sql in VIEWS.values():
         op.execute(sql)
 
 
 def downgrade() -> None:
-    for name in reversed(list(views.ALL)):
+    for name in reversed(list(VIEWS)):
         op.execute(f"DROP VIEW IF EXISTS {name}")
