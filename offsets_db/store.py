@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import BigInteger, Engine, create_engine, func, literal, select
+from sqlalchemy import BigInteger, Engine, create_engine, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
+from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Run, Snapshot
 from offsets_db.names import validate_job_name
 
 
@@ -37,6 +37,14 @@ class CheckpointMismatch(RuntimeError):
 
 def _agrees(a: Positions, b: Positions) -> bool:
     return all(a[tp] == b[tp] for tp in a.keys() & b.keys())
+
+
+def _agrees_fully(a: Positions, b: Positions) -> bool:
+    return all(b.get(tp) == off for tp, off in a.items())
+
+
+class JobKindMismatch(ValueError):
+    """A job name used for another kind of job (a backfill under a stream's name)."""
 
 
 class LossRecord(Protocol):
@@ -63,19 +71,53 @@ class OffsetStore:
     def __init__(self, url: str | Engine) -> None:
         self.engine = url if isinstance(url, Engine) else create_engine(url, pool_pre_ping=True)
 
-    def ensure_job(self, name: str, kind: str, config: dict[str, Any] | None = None) -> int:
-        """Create the job on its first launch; every launch stores its configuration (the kind stays)."""
+    def ensure_job(self, name: str, kind: str, config: dict[str, Any] | None = None, *,
+                   restart: bool = False) -> int:
+        """Create the job on its first launch; every launch merges its configuration into the stored one
+        (top-level keys it gives replace the old ones, others stay). A name keeps the kind it was created with:
+        a backfill must never move a stream's snapshot. `restart` forgets where a bounded job stands (its
+        snapshot, not its history) in the same transaction, so a new plan and old progress never mix."""
         validate_job_name(name)
         with Session(self.engine) as s, s.begin():
             stmt = insert(Job).values(name=name, kind=kind, config=config or {})
-            s.execute(stmt.on_conflict_do_update(index_elements=[Job.name], set_={"config": stmt.excluded.config}))
-            return s.scalar(select(Job.id).where(Job.name == name))
+            s.execute(stmt.on_conflict_do_update(index_elements=[Job.name],
+                                                 set_={"config": Job.config.op("||")(stmt.excluded.config)}))
+            job_id, stored = s.execute(select(Job.id, Job.kind).where(Job.name == name)).one()
+            if (stored == "stream") != (kind == "stream"):  # backfill and interval jobs are both bounded
+                raise JobKindMismatch(f"job {name!r} is a {stored} job in offsets_db, not a {kind}; its offsets "
+                                      f"belong to that {stored}. Give this {kind} its own job name")
+            if restart:
+                s.execute(delete(Snapshot).where(Snapshot.job_id == job_id))
+            return job_id
+
+    def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
+                  spark_app_id: str | None = None) -> int:
+        """One row per launch, so offsets_db shows who ran what when (Airflow's ids when it launched it)."""
+        with Session(self.engine) as s, s.begin():
+            run = Run(job_id=self._job_id(s, job), dag_id=dag_id, airflow_run_id=airflow_run_id,
+                      spark_app_id=spark_app_id, status="running")
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def end_run(self, run_id: int, status: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.status, run.ended_at = status, func.now()
+
+    def job_kind(self, name: str) -> str | None:
+        with Session(self.engine) as s:
+            return s.scalar(select(Job.kind).where(Job.name == validate_job_name(name)))
 
     def job_config(self, name: str, session: Session | None = None) -> dict[str, Any]:
         if session is None:
             with Session(self.engine) as s:
                 return self.job_config(name, s)
         return session.scalar(select(Job.config).where(Job.name == validate_job_name(name))) or {}
+
+    def job_id(self, name: str, session: Session) -> int:
+        return self._job_id(session, name)
 
     def _job_id(self, s: Session, name: str) -> int:
         job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(name)))
@@ -96,8 +138,10 @@ class OffsetStore:
             job_id = self._job_id(s, job)
             s.execute(select(Job.id).where(Job.id == job_id).with_for_update())  # one planner at a time per job
             last = self._last_batch(s, job_id)
-            if last is not None and self._same_plan(s, last.id, ranges):
-                return last.id
+            if last is not None and self._same_plan(s, last.id, ranges) and (
+                    last.committed_at is None or _agrees_fully({(r.topic, r.partition): r.end for r in ranges},
+                                                              self._snapshot(s, job_id))):
+                return last.id  # a replay: before its commit, or with the job still standing at its end
             if start is not None:
                 self._check_start(s, job, job_id, start, last)
             seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == job_id)) or 0) + 1
@@ -216,3 +260,18 @@ class OffsetStore:
         with Session(self.engine) as s:
             job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
             return {} if job_id is None else self._snapshot(s, job_id)
+
+    def batch_totals(self, job: str, since_batch: int = 0) -> tuple[int, int, int]:
+        """(committed batches, rows written, dead letters) of the job's batches with id > since_batch."""
+        with Session(self.engine) as s:
+            row = s.execute(select(func.count(Batch.id), func.coalesce(func.sum(Batch.rows_written), 0),
+                                   func.coalesce(func.sum(Batch.dead_letters), 0))
+                            .join(Job, Job.id == Batch.job_id)
+                            .where(Job.name == validate_job_name(job), Batch.id > since_batch,
+                                   Batch.committed_at.is_not(None))).one()
+            return int(row[0]), int(row[1]), int(row[2])
+
+    def last_batch_id(self, job: str) -> int:
+        with Session(self.engine) as s:
+            return s.scalar(select(func.coalesce(func.max(Batch.id), 0)).join(Job, Job.id == Batch.job_id)
+                            .where(Job.name == validate_job_name(job))) or 0

@@ -50,3 +50,13 @@ def spark(stack_settings: Settings):
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def db(stack_settings: Settings):
+    """An engine on the stack's offsets_db, for assertions in SQL."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(stack_settings.offsets_db_url)
+    yield engine
+    engine.dispose()

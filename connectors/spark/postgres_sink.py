@@ -10,11 +10,14 @@ never named, so they never land; each commit clears what they left behind.
 from __future__ import annotations
 
 import logging
+import random
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -25,6 +28,7 @@ from pyspark.sql.types import (
     IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
 )
 from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from connectors.postgres import copy, target
@@ -105,7 +109,18 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
             validate_job_name(job)
         except ValueError as exc:
             raise SinkError(f"option job: {exc}") from None
-    columns = [Column(f.name, pg_type(f.name, f.dataType)) for f in schema.fields]
+    raw_dl = str(opts.get("deadletters", "false")).lower()
+    if raw_dl not in ("true", "false"):
+        raise SinkError(f"option deadLetters={opts['deadletters']!r} must be true or false")
+    dead_letters = raw_dl == "true"
+    staged_only = tuple(n for n, _ in target.DEAD_LETTER_COLUMNS) if dead_letters else ()
+    if dead_letters:
+        missing = [n for n in (*staged_only, "topic", "partition", "offset") if n not in schema.fieldNames()]
+        if job is None or missing:
+            raise SinkError("option deadLetters=true needs the job option and the columns _error, _raw, topic, "
+                            f"partition and offset (missing: {', '.join(missing) or 'none'}; job: {job}). "
+                            "Build the DataFrame with spark_jobs.transforms.parse_events")
+    columns = [Column(f.name, pg_type(f.name, f.dataType)) for f in schema.fields if f.name not in staged_only]
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
     if opts.get("url"):
         url = opts["url"]
@@ -123,7 +138,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
     try:
         if job is not None:
             _require_offsets_db(conn, url)
-        tgt = target.prepare(conn, schema_name, table, columns, key, owner)
+        tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters)
     finally:
         conn.close()
     return SinkPlan(url, tgt, mode, job, own_stage=job is None)
@@ -142,8 +157,8 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
     """One task attempt: COPY every batch into the staging table under a fresh write id."""
     write_id = uuid.uuid4().hex
     rows = 0
-    names = plan.target.names
-    conn = psycopg2.connect(dsn(plan.url), connect_timeout=10)
+    names = plan.target.staged_names
+    conn = psycopg2.connect(dsn(plan.url), connect_timeout=10, options=copy.STAGING_OPTIONS)
     try:
         with conn.cursor() as cur:
             statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
@@ -189,7 +204,20 @@ def _engine(url: str) -> Engine:
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
     failpoints.hit("sink.staged")
-    ids = _write_ids(messages)
+    for attempt in range(1, 4):
+        try:
+            return _commit_once(plan, _write_ids(messages), spark_batch_id)
+        except (DBAPIError, psycopg2.Error) as exc:
+            # two jobs moving overlapping keys into one table can deadlock; Postgres aborts one transaction,
+            # which is whole again on retry (the staged rows stay until a commit succeeds)
+            if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == 3:
+                raise
+            log.warning("%s.%s: commit deadlocked with another writer, retrying (%d/3)", plan.target.schema,
+                        plan.target.table, attempt)
+            time.sleep(random.uniform(0.1, 1.0) * attempt)
+
+
+def _commit_once(plan: SinkPlan, ids: list[str], spark_batch_id: int | None) -> None:
     engine = _engine(plan.url)
     with Session(engine) as s, s.begin():
         cur = s.connection().connection.dbapi_connection.cursor()
@@ -201,14 +229,17 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
             target.discard(cur, plan.target)
             return
         moved = target.move(cur, plan.target, ids, plan.mode)
+        dead = (target.move_dead_letters(cur, plan.target, ids, store.job_id(plan.job, s), batch_id)
+                if plan.target.dead_letters else 0)
         if plan.own_stage:
             target.drop_stage(cur, plan.target)
         else:
             target.discard(cur, plan.target)  # including rows of failed task attempts
         if store is not None:
-            store.commit(plan.job, batch_id, rows_written=moved, session=s, spark_batch_id=spark_batch_id)
-        log.info("%s.%s: %d rows from %d writes committed", plan.target.schema, plan.target.table, moved,
-                 len(ids))
+            store.commit(plan.job, batch_id, rows_written=moved, dead_letters=dead, session=s,
+                         spark_batch_id=spark_batch_id)
+        log.info("%s.%s: %d rows and %d dead letters from %d writes committed", plan.target.schema,
+                 plan.target.table, moved, dead, len(ids))
     if store is not None and config.get("commit_to_group"):
         mirror_to_group(config, store.snapshot(plan.job))
     failpoints.hit("sink.committed")

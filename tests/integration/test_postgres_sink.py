@@ -12,18 +12,11 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def db(stack_settings):
-    engine = create_engine(stack_settings.offsets_db_url)
-    yield engine
-    engine.dispose()
 
 
 def scalar(db, sql: str, **params):
@@ -105,6 +98,9 @@ def test_values_survive_the_trip_through_copy(spark, db):
     ({"table": "t_bad_key", "keyColumns": "nope"}, "keyColumns='nope': column(s) nope are not in the DataFrame"),
     ({"table": "t_no_key"}, "no topic, partition, offset column(s) for the default unique key"),
     ({"table": "t_bad_job", "keyColumns": "id", "job": "no spaces"}, "job name 'no spaces' is not valid"),
+    ({"table": "t_bad_dl", "keyColumns": "id", "deadLetters": "true", "job": "j"},
+     "option deadLetters=true needs the job option and the columns _error, _raw, topic, partition and offset "
+     "(missing: _error, _raw, topic, partition, offset; job: j)"),
     ({"table": "t_bad_url", "keyColumns": "id", "url": "postgresql+psycopg2://x@127.0.0.1:1/none"},
      "cannot connect to PostgreSQL at postgresql+psycopg2://x@127.0.0.1:1/none"),
 ])
