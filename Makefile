@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(BIN)/streamfill stack up
-	$(BIN)/streamfill stack status
+	$(BIN)/streamfill demo
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)

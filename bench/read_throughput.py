@@ -30,11 +30,12 @@ from streamfill.settings import get_settings
 
 console = Console()
 POM = REPO_ROOT / "bench" / "spark-kafka" / "pom.xml"
-KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
+KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2",
+              "postgresql")
 
 
 def spark_kafka_jars(dest: Path) -> list[str]:
-    if not (dest / ".complete").exists():
+    if not (dest / ".complete").exists() or not list(dest.glob("postgresql-*.jar")):
         console.print(f"fetching Spark's Kafka source with Maven into {dest}")
         subprocess.run(["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
                         "-DincludeScope=runtime", f"-DoutputDirectory={dest}"], check=True)

@@ -7,6 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from streamfill import failpoints
 from streamfill.settings import Settings, get_settings
 
 
@@ -14,10 +15,14 @@ def spark_session(app_name: str, settings: Settings | None = None,
                   conf: dict[str, str] | None = None) -> SparkSession:
     """A session on settings.spark_master whose Python workers run this interpreter (not `python3` on PATH)."""
     settings = settings or get_settings()
+    failpoints.pin_group()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
-    builder = (SparkSession.builder.master(settings.spark_master).appName(app_name)
+    builder = SparkSession.builder
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master decides
+        builder = builder.master(settings.spark_master)
+    builder = (builder.appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC"))
     for key, value in (conf or {}).items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Annotated, Optional
@@ -28,8 +29,8 @@ class OutputFormat(str, Enum):
     table = "table"
     json = "json"
 
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -74,8 +75,7 @@ def db_upgrade(revision: str = typer.Argument("head", help="Alembic revision to 
     try:
         upgrade(url, revision)
     except OperationalError as exc:
-        raise _fail(RuntimeError(f"cannot reach offsets_db at {_safe(url)}: {exc.orig}. Start it with "
-                                 "`streamfill stack up` or set STREAMFILL_DB_URL")) from None
+        raise _unreachable(url, exc) from None
     console.print(f"offsets_db at {_safe(url)} is at revision {revision}")
 
 
@@ -139,8 +139,7 @@ def _show_offsets(view: str, job: str, topic: str | None, since: str | None, fmt
     except (queries.UnknownJob, ValueError) as exc:
         raise _fail(exc) from None
     except OperationalError as exc:
-        raise _fail(RuntimeError(f"cannot reach offsets_db at {_safe(url)}: {exc.orig}. Start it with "
-                                 "`streamfill stack up` or set STREAMFILL_DB_URL")) from None
+        raise _unreachable(url, exc) from None
     finally:
         engine.dispose()
     if fmt is OutputFormat.json:
@@ -155,6 +154,226 @@ def _show_offsets(view: str, job: str, topic: str | None, since: str | None, fmt
     console.print(table)
     if not found:
         console.print("no rows" + (" for this topic" if topic else "") + (" since then" if since else ""))
+
+
+@app.command("produce")
+def produce_cmd(
+    topic: Annotated[str, typer.Option("--topic", help="created when missing")],
+    count: Annotated[int, typer.Option("--count", help="events to send")],
+    rate: Annotated[Optional[float], typer.Option("--rate", help="events per second; full speed when left out")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", help="partitions of a new topic (1)")] = None,
+    bad_ratio: Annotated[float, typer.Option("--bad-ratio", help="share of bad records, 0..1")] = 0.0,
+    key_field: Annotated[str, typer.Option("--key-field", help="event field used as the Kafka key, or none")] = "user_id",
+    seed: Annotated[int, typer.Option("--seed", help="the same seed sends the same events")] = 7,
+) -> None:
+    """Send demo order events to Kafka; bad ones are invalid JSON, miss fields, have wrong types or ranges."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from connectors.kafka.errors import BrokerError
+    from spark_jobs import produce
+
+    key = None if key_field.lower() == "none" else key_field
+    bootstrap = get_settings().bootstrap_servers
+    try:
+        produce.check_args(count, rate, partitions, bad_ratio, key)
+        have = produce.ensure_topic(bootstrap, topic, partitions)
+        with Progress(TextColumn("sending to {task.fields[topic]}"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("produce", total=count, topic=topic)
+            done = produce.produce(bootstrap, topic, count, rate=rate, bad_ratio=bad_ratio, key_field=key,
+                                   seed=seed, on_progress=lambda n: bar.advance(task, n))
+    except (ValueError, BrokerError) as exc:
+        raise _fail(exc) from None
+    console.print(f"{done.total:,} events to {topic} ({have} partitions): {done.valid:,} valid, {done.bad:,} bad, "
+                  f"{done.seconds:.1f} s ({done.total / max(done.seconds, 1e-9):,.0f} events/s)")
+
+
+MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
+
+
+def _spark(app_name: str, master: str | None):
+    from spark_jobs.session import spark_session
+
+    settings = get_settings()
+    if master:
+        settings = settings.model_copy(update={"spark_master": master})
+    return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
+
+
+@app.command("stream")
+def stream_cmd(
+    job: JobOpt,
+    topic: Annotated[str, typer.Option("--topic", help="Kafka topic of JSON order events")],
+    table: Annotated[str, typer.Option("--table", help="target table (schema.table allowed); created when missing")],
+    trigger: Annotated[str, typer.Option("--trigger", help="available-now, or an interval such as 5s")] = "5s",
+    max_offsets_per_trigger: Annotated[Optional[int], typer.Option(
+        "--max-offsets-per-trigger", min=1, help="at most this many offsets per micro-batch")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(
+        "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
+    master: MasterOpt = None,
+) -> None:
+    """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from sqlalchemy.exc import OperationalError
+
+    from offsets_db.names import validate_job_name
+    from spark_jobs import stream
+
+    settings = get_settings()
+    try:
+        validate_job_name(job)
+        stream.parse_trigger(trigger)
+    except ValueError as exc:
+        raise _fail(exc) from None
+    args = stream.StreamArgs(job, topic, table, Path(checkpoint) if checkpoint else settings.home / "checkpoints" / job,
+                             trigger, max_offsets_per_trigger)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = _spark(f"streamfill-stream-{job}", master)
+
+    def show(p: dict) -> None:
+        sink = p.get("sink", {}).get("numOutputRows", -1)
+        console.print(f"batch {p['batchId']}: {p['numInputRows']:,} records read"
+                      + (f", {sink:,} rows out" if sink >= 0 else "")
+                      + f", {p.get('processedRowsPerSecond', 0):,.0f} records/s", highlight=False)
+
+    try:
+        summary = stream.run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, stop, show)
+    except (ValueError, RuntimeError) as exc:
+        raise _fail(exc) from None
+    except OperationalError as exc:
+        raise _unreachable(settings.offsets_db_url, exc) from None
+    finally:
+        spark.stop()
+    console.print(f"stream {job} {summary.status} after {summary.seconds:.1f} s: {summary.batches} batches "
+                  f"committed, {summary.rows:,} rows into {table}, {summary.dead_letters:,} dead letters")
+
+
+@app.command("backfill")
+def backfill_cmd(
+    job: JobOpt,
+    topic: Annotated[str, typer.Option("--topic", help="Kafka topic of JSON order events")],
+    frm: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
+    to: Annotated[str, typer.Option("--to", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
+    table: Annotated[Optional[str], typer.Option("--table", help="target table (default: JOB with - and . as _)")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="append-new (keep existing rows) or replace (upsert)")] = "append-new",
+    chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = 500_000,
+    master: MasterOpt = None,
+) -> None:
+    """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from connectors.kafka.broker import Broker
+    from pyspark.errors import PySparkException
+    from sqlalchemy.exc import OperationalError
+
+    from connectors.kafka.errors import ConnectorError
+    from offsets_db.names import validate_job_name
+    from offsets_db.store import OffsetStore
+    from spark_jobs import backfill
+
+    settings = get_settings()
+    try:
+        validate_job_name(job)
+    except ValueError as exc:
+        raise _fail(exc) from None
+    args = backfill.BackfillArgs(job, topic, frm, to, table or re.sub(r"[-.]", "_", job), mode, chunk_size)
+    try:
+        # every check against the broker and offsets_db before Spark starts
+        backfill.check_job(args, OffsetStore(settings.offsets_db_url))
+        backfill.resolve(args, Broker({"bootstrap.servers": settings.bootstrap_servers}))
+    except (ValueError, ConnectorError) as exc:
+        raise _fail(exc) from None
+    except OperationalError as exc:
+        raise _unreachable(settings.offsets_db_url, exc) from None
+    spark = _spark(f"streamfill-backfill-{job}", master)
+    columns = (TextColumn("backfill {task.fields[job]}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("offsets, {task.fields[rate]} offsets/s"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task("backfill", total=None, job=job, rate="-")
+            first: tuple[float, int] | None = None  # when and where this launch started
+
+            def advance(done: int, total: int) -> None:
+                nonlocal first
+                first = first or (time.monotonic(), done)
+                elapsed = time.monotonic() - first[0]
+                rate = f"{(done - first[1]) / elapsed:,.0f}" if elapsed > 0 and done > first[1] else "-"
+                bar.update(task, completed=done, total=total, rate=rate)
+
+            summary = backfill.run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, advance)
+    except (ValueError, ConnectorError) as exc:
+        raise _fail(exc) from None
+    except PySparkException as exc:
+        raise _fail(RuntimeError(f"{_first_lines(exc)}\nCommitted chunks stay committed; re-run the same command "
+                                 "to continue")) from None
+    finally:
+        spark.stop()
+    _print_backfill(summary, args.table)
+
+
+@app.command("demo")
+def demo_cmd(
+    count: Annotated[int, typer.Option("--count", min=2, help="events to produce")] = 300_000,
+    bad_ratio: Annotated[float, typer.Option("--bad-ratio", help="share of bad records")] = 0.01,
+) -> None:
+    """The main job on the local stack: produce events, stream them into Postgres, backfill a time window into a
+    second table, then summarise from the tables and offsets_db's views."""
+    from spark_jobs import demo
+
+    settings = get_settings()
+    spark = _spark("streamfill-demo", None)
+    try:
+        out = demo.run(settings, spark, count, bad_ratio, lambda m: console.print(m, highlight=False))
+    finally:
+        spark.stop()
+    table = Table(title="what landed")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in out["tables"].items():
+        table.add_row(name, f"{rows:,}")
+    table.add_row("dead_letters (orders-stream)", f"{out['dead_letters']:,}")
+    console.print(table)
+    offsets = Table(title="latest_offsets and consumer_lag of orders-stream")
+    for col in ("topic", "partition", "next_offset", "lag"):
+        offsets.add_column(col, justify="right")
+    lag = dict(out["lag"])
+    for topic, partition, next_offset in out["latest_offsets"]:
+        offsets.add_row(topic, str(partition), f"{next_offset:,}", str(lag.get(partition, "-")))
+    console.print(offsets)
+    console.print("Query more with `streamfill offsets history --job orders-stream` or SQL on offset_history.")
+
+
+def _first_lines(exc: Exception, n: int = 6) -> str:
+    """Spark's errors carry a JVM stack; the cause people need is in the first lines."""
+    lines = [l for l in str(exc).splitlines() if l.strip() and not l.lstrip().startswith("at ")]
+    return "\n".join(lines[:n])
+
+
+def _print_backfill(summary, table_name: str) -> None:
+    if summary.state == "complete":
+        console.print(f"backfill {summary.job} already complete: its plan was fully committed before and "
+                      "append-new would change nothing (use --mode replace to rewrite)")
+    console.print(f"backfill {summary.job} ({summary.state}) into {table_name}:", highlight=False)
+    table = Table()
+    for col in ("partition", "from", "to", "offsets"):
+        table.add_column(col, justify="right")
+    for key, (start, end) in summary.ranges.items():
+        table.add_row(key, str(start), str(end), f"{end - start:,}")
+    console.print(table)
+    rate = summary.offsets / summary.seconds if summary.seconds else 0
+    console.print(f"{summary.offsets:,} offsets in {summary.chunks} chunks: {summary.rows:,} rows, "
+                  f"{summary.dead_letters:,} dead letters, {summary.seconds:.1f} s ({rate:,.0f} offsets/s)")
+
+
+def _unreachable(url: str, exc) -> typer.Exit:
+    reason = " ".join(str(getattr(exc, "orig", exc)).split())
+    return _fail(RuntimeError(f"cannot reach offsets_db at {_safe(url)}: {reason}. Start it with `streamfill stack "
+                              "up` or set STREAMFILL_DB_URL"))
 
 
 def _safe(url: str) -> str:

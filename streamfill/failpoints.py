@@ -2,8 +2,8 @@
 
 Off unless `STREAMFILL_FAILPOINT` names a point. Then its `STREAMFILL_FAILPOINT_AT`-th hit (counted across
 processes in `STREAMFILL_FAILPOINT_DIR`) does `STREAMFILL_FAILPOINT_ACTION`:
-- `kill` (default): SIGKILL the process group `STREAMFILL_FAILPOINT_PGID`, i.e. the whole Spark driver, JVM
-  and Python workers at once;
+- `kill` (default): SIGKILL the process group `STREAMFILL_FAILPOINT_PGID` (set by `pin_group` when a Spark
+  session starts), i.e. the whole Spark driver, JVM and Python workers at once;
 - `pause`: wait for a `go` file, so a test can break something at exactly that moment;
 - `exit`: this process dies one second later (a lost Python worker; its native client threads run on).
 
@@ -18,6 +18,13 @@ import os
 import signal
 import time
 from pathlib import Path
+
+
+def pin_group() -> None:
+    """Make `kill` target this process's group. Called where a Spark driver starts: Spark's Python daemon puts
+    the workers it forks (the data sources' commit runs in one) into a process group of their own."""
+    if os.environ.get("STREAMFILL_FAILPOINT") and not os.environ.get("STREAMFILL_FAILPOINT_PGID"):
+        os.environ["STREAMFILL_FAILPOINT_PGID"] = str(os.getpgrp())
 
 
 def hit(point: str) -> None:
@@ -39,4 +46,4 @@ def hit(point: str) -> None:
     if action == "exit":
         time.sleep(1)
         os._exit(70)
-    os.killpg(int(os.environ["STREAMFILL_FAILPOINT_PGID"]), signal.SIGKILL)
+    os.killpg(int(os.environ.get("STREAMFILL_FAILPOINT_PGID") or os.getpgrp()), signal.SIGKILL)

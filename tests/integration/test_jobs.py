@@ -1,0 +1,282 @@
+"""The stream and the backfill on the real stack: what lands, what becomes a dead letter, kills, SIGTERM,
+a stream and a backfill into one table at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from spark_jobs import backfill, events, stream
+from spark_jobs.produce import ensure_topic, produce
+from streamfill import REPO_ROOT
+from tests.kafka_helpers import consume_all, produce as produce_records
+
+pytestmark = pytest.mark.integration
+
+
+def query(db, sql: str, **params) -> list[tuple]:
+    with db.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql), params)]
+
+
+def demo_topic(bootstrap: str, topic: str, count: int, bad_ratio: float, partitions: int = 3, seed: int = 11):
+    """Produce demo events; return (valid event ids, bad raw values) exactly as sent (short invalid JSON may
+    repeat, so the bad ones are a list)."""
+    now = datetime.now(timezone.utc)
+    ensure_topic(bootstrap, topic, partitions)
+    produce(bootstrap, topic, count, bad_ratio=bad_ratio, seed=seed, now=now)
+    sent = list(events.records(count, bad_ratio, seed, now=now))
+    return ({json.loads(v)["event_id"] for _, v, bad in sent if not bad}, [v for _, v, bad in sent if bad])
+
+
+def landed(db, table: str, job: str) -> tuple[list[str], set[bytes], set[tuple[int, int]]]:
+    """(event ids in the table, dead letters' raw values, every (partition, offset) accounted for)"""
+    ids = [r[0] for r in query(db, f'SELECT event_id FROM "{table}"')]
+    dead = query(db, "SELECT d.raw_value, d.partition, d.\"offset\" FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
+                     "WHERE j.name = :job", job=job)
+    offsets = {(p, o) for p, o in query(db, f'SELECT partition, "offset" FROM "{table}"')}
+    return ids, {bytes(r[0]) for r in dead}, offsets | {(r[1], r[2]) for r in dead}
+
+
+def all_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, int]]:
+    return {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic, partitions)}
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """`streamfill ...` as its own process group, so a failpoint's SIGKILL takes the JVM and workers too."""
+    return subprocess.Popen([sys.executable, "-m", "streamfill.cli", *args], cwd=REPO_ROOT, start_new_session=True,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def test_the_stream_lands_exactly_the_valid_events_and_dead_letters_the_bad_ones(spark, stack_settings, bootstrap,
+                                                                                db, topic_name, tmp_path):
+    valid, bad = demo_topic(bootstrap, topic_name, 4000, 0.05)
+    job, table = f"{topic_name}-stream", f"{topic_name}_events"
+    args = stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 1500)
+    summary = stream.run(args, spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
+
+    ids, dead, offsets = landed(db, table, job)
+    assert len(ids) == len(valid) and set(ids) == valid
+    assert dead == set(bad)
+    assert offsets == all_offsets(bootstrap, topic_name, 3)  # every offset either a row or a dead letter
+    assert len(offsets) == len(valid) + len(bad) == 4000
+    assert (summary.status, summary.rows, summary.dead_letters) == ("succeeded", len(valid), len(bad))
+    assert summary.batches >= 3  # 4000 offsets at most 1500 per micro-batch
+    # the run is recorded; dead letters carry the reason
+    assert query(db, "SELECT r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j", j=job) == [
+        ("succeeded",)]
+    reasons = {r[0].split(":")[0] for r in query(db, "SELECT error FROM dead_letters d JOIN jobs j ON "
+                                                     "j.id = d.job_id WHERE j.name = :j", j=job)}
+    assert "invalid JSON" in reasons and any(r.startswith("missing field") for r in reasons)
+
+
+def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark, stack_settings, bootstrap, db,
+                                                                           topic_name):
+    base = int(time.time() * 1000) - 600_000  # ten minutes ago, 1 ms apart per record
+    records = list(events.records(1200, 0.1, seed=5))
+    ensure_topic(bootstrap, topic_name, 2)
+    produce_records(bootstrap, topic_name, [{"key": k, "value": v, "partition": i % 2, "timestamp": base + i}
+                                            for i, (k, v, _) in enumerate(records)])
+    url = stack_settings.offsets_db_url
+    every = consume_all(bootstrap, topic_name, 2)
+
+    # by offsets: [100, 400) of partition 0 and [50, end) of partition 1
+    by_offsets = backfill.BackfillArgs(f"{topic_name}-offsets", topic_name, '{"0": 100, "1": 50}', '{"0": 400}',
+                                       f"{topic_name}_by_offsets", chunk_size=250)
+    summary = backfill.run(by_offsets, spark, bootstrap, url)
+    want = {(m.partition(), m.offset()) for m in every
+            if (m.partition() == 0 and 100 <= m.offset() < 400) or (m.partition() == 1 and m.offset() >= 50)}
+    assert landed(db, by_offsets.table, by_offsets.job)[2] == want
+    assert summary.offsets == len(want) and summary.rows + summary.dead_letters == len(want)
+    assert summary.chunks == -(-len(want) // 250)
+
+    # by times: records stamped in [base + 300, base + 900)
+    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731
+    by_times = backfill.BackfillArgs(f"{topic_name}-times", topic_name, iso(base + 300), iso(base + 900),
+                                     f"{topic_name}_by_times", chunk_size=10_000)
+    backfill.run(by_times, spark, bootstrap, url)
+    want = {(m.partition(), m.offset()) for m in every if base + 300 <= m.timestamp()[1] < base + 900}
+    assert len(want) == 600
+    ids, dead, offsets = landed(db, by_times.table, by_times.job)
+    assert offsets == want
+    assert dead == {v for i, (_, v, is_bad) in enumerate(records) if is_bad and 300 <= i < 900}
+    assert set(ids) == {json.loads(v)["event_id"] for i, (_, v, is_bad) in enumerate(records)
+                        if not is_bad and 300 <= i < 900}
+
+
+def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(stack_settings, bootstrap, db, topic_name,
+                                                                       tmp_path):
+    valid, bad = demo_topic(bootstrap, topic_name, 3000, 0.03)
+    job, table = f"{topic_name}-bf", f"{topic_name}_bf"
+    base = ["backfill", "--job", job, "--topic", topic_name, "--from", "earliest", "--to", "latest",
+            "--table", table, "--chunk-size", "400"]
+    # SIGKILL of driver, JVM and workers: once between a chunk's write and its commit, once right after one
+    for point, at in (("sink.staged", 3), ("sink.committed", 2)):
+        hits = tmp_path / f"fp-{point}"
+        code, out = finish(cli(*base, env={"STREAMFILL_FAILPOINT": point, "STREAMFILL_FAILPOINT_AT": str(at),
+                                           "STREAMFILL_FAILPOINT_DIR": str(hits)}))
+        assert code == -signal.SIGKILL or code == 137, out
+    code, out = finish(cli(*base))
+    assert code == 0, out
+    assert "(resuming)" in out
+    ids, dead, offsets = landed(db, table, job)
+    assert len(ids) == len(valid) and set(ids) == valid and dead == set(bad)
+    assert offsets == all_offsets(bootstrap, topic_name, 3)
+
+    def state():
+        rows = query(db, f'SELECT md5(string_agg(t::text, \',\' ORDER BY partition, "offset")), max(xmin::text::bigint) '
+                         f'FROM "{table}" t')
+        batches = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j", j=job)
+        return rows[0], batches[0][0]
+
+    before = state()
+    code, out = finish(cli(*base))
+    assert code == 0 and "already complete" in out, out
+    assert state() == before  # not a row touched, no batch planned
+
+    code, out = finish(cli(*base, "--mode", "replace", "--chunk-size", "5000"))
+    assert code == 0 and "(new pass)" in out, out
+    after = state()
+    assert after[0][0] == before[0][0]  # the same rows ...
+    assert after[0][1] > before[0][1] and after[1] == before[1] + 1  # ... rewritten by one new chunk
+
+
+def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_settings, bootstrap, db, topic_name,
+                                                                          tmp_path):
+    valid, bad = demo_topic(bootstrap, topic_name, 6000, 0.02)
+    job, table = f"{topic_name}-term", f"{topic_name}_term"
+    base = ["stream", "--job", job, "--topic", topic_name, "--table", table, "--max-offsets-per-trigger", "300",
+            "--checkpoint", str(tmp_path / "ckpt")]
+    proc = cli(*base, "--trigger", "3s")
+    committed = "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND committed_at IS NOT NULL"
+    deadline = time.monotonic() + 300
+    while (not query(db, "SELECT 1 FROM jobs WHERE name = :j", j=job) or query(db, committed, j=job)[0][0] < 2) \
+            and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)  # to the driver process only, as `kill PID` does
+    code, out = finish(proc, 300)
+    assert code == 0, out
+    assert f"stream {job} stopped" in out
+    # nothing half-done: every planned batch committed, the table holds exactly what they read
+    pending = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
+                        "AND committed_at IS NULL", j=job)
+    assert pending == [(0,)]
+    read = query(db, "SELECT coalesce(sum(next_offset), 0) FROM latest_offsets WHERE job = :j", j=job)[0][0]
+    assert 600 <= read < 6000
+    assert len(landed(db, table, job)[2]) == read
+    assert query(db, "SELECT status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j", j=job) == [
+        ("stopped",)]
+
+    code, out = finish(cli(*base, "--trigger", "available-now"))
+    assert code == 0, out
+    ids, dead, offsets = landed(db, table, job)
+    assert len(ids) == len(valid) and set(ids) == valid and dead == set(bad)
+
+
+def test_a_stream_and_a_backfill_over_the_same_offsets_into_one_table_land_each_key_once(
+        stack_settings, bootstrap, db, topic_name, tmp_path):
+    valid, bad = demo_topic(bootstrap, topic_name, 5000, 0.02)
+    table = f"{topic_name}_shared"
+    s = cli("stream", "--job", f"{topic_name}-s", "--topic", topic_name, "--table", table, "--trigger",
+            "available-now", "--max-offsets-per-trigger", "700", "--checkpoint", str(tmp_path / "ckpt"))
+    b = cli("backfill", "--job", f"{topic_name}-b", "--topic", topic_name, "--from", "earliest", "--to", "latest",
+            "--table", table, "--chunk-size", "900")
+    for proc in (s, b):
+        code, out = finish(proc)
+        assert code == 0, out
+    ids = [r[0] for r in query(db, f'SELECT event_id FROM "{table}"')]
+    assert len(ids) == len(set(ids)) == len(valid) and set(ids) == valid
+    for job in (f"{topic_name}-s", f"{topic_name}-b"):  # each job read everything and recorded its dead letters
+        assert landed(db, table, job)[1] == set(bad)
+
+
+@pytest.mark.parametrize("frm, to, topic_suffix, message", [
+    ('{"0": 4}', '{"0": 2}', "", "start offset 4 > end offset 2; choose a --to at or after --from"),
+    ('{"2": 0}', "latest", "", "names partition 2, but topic 't_"),
+    ("2099-01-01T00:00:00Z", "latest", "", "is in the future"),
+    ("earliest", "latest", "_missing", "does not exist; existing topics:"),
+])
+def test_bad_backfill_input_fails_before_spark_with_the_value_and_the_fix(bootstrap, topic_name, frm, to,
+                                                                         topic_suffix, message):
+    ensure_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, 10)
+    code, out = finish(cli("backfill", "--job", "x-bad", "--topic", topic_name + topic_suffix, "--from", frm,
+                           "--to", to), 120)
+    assert code == 1
+    assert message in out.replace("\n", " ")
+    assert "log4j" not in out  # refused before a Spark JVM started
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    """A Spark master and one worker from the installed PySpark (spark-class), on free local ports."""
+    import socket
+
+    import pyspark
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    home = Path(pyspark.__file__).parent
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path)}
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    logs = [open(tmp_path / "master.log", "w"), open(tmp_path / "worker.log", "w")]
+    procs = [subprocess.Popen([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                               "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
+                              env=env, stdout=logs[0], stderr=subprocess.STDOUT, start_new_session=True)]
+    procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+                                   "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()), master_url],
+                                  env=env, stdout=logs[1], stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.monotonic() + 120
+    while "Successfully registered with master" not in (tmp_path / "worker.log").read_text():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            (tmp_path / "master.log").read_text()[-2000:] + (tmp_path / "worker.log").read_text()[-2000:]
+        time.sleep(0.5)
+    yield master_url
+    for p in procs:
+        os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        p.wait(60)
+    for f in logs:
+        f.close()
+
+
+def test_the_stream_on_a_standalone_cluster_gives_the_same_table_as_local_mode(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path, standalone_cluster):
+    demo_topic(bootstrap, topic_name, 3000, 0.05)
+    local, remote = f"{topic_name}_local", f"{topic_name}_cluster"
+    stream.run(stream.StreamArgs(f"{topic_name}-local", topic_name, local, tmp_path / "c1", "available-now", 1000),
+               spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
+    code, out = finish(cli("stream", "--job", f"{topic_name}-cluster", "--topic", topic_name, "--table", remote,
+                           "--trigger", "available-now", "--max-offsets-per-trigger", "1000", "--checkpoint",
+                           str(tmp_path / "c2"), "--master", standalone_cluster,
+                           env={"SPARK_LOCAL_IP": "127.0.0.1"}))
+    assert code == 0, out
+    apps = list((tmp_path / "work").glob("app-*/*/stderr"))
+    assert apps, "no executor ran on the worker"
+    cols = "topic, partition, \"offset\", event_id, user_id, event_type, amount, currency, event_time"
+    assert query(db, f'SELECT count(*) FROM "{remote}"') == query(db, f'SELECT count(*) FROM "{local}"')
+    assert query(db, f'SELECT {cols} FROM "{local}" EXCEPT SELECT {cols} FROM "{remote}"') == []
+    assert query(db, f'SELECT {cols} FROM "{remote}" EXCEPT SELECT {cols} FROM "{local}"') == []

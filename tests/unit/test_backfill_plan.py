@@ -1,0 +1,143 @@
+"""Backfill specs, validation before Spark, chunking; the demo events and the stream's trigger parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets
+from connectors.kafka.partitions import TopicPartition
+from spark_jobs import events
+from spark_jobs.backfill_plan import BackfillError, Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from spark_jobs.produce import check_args
+from spark_jobs.stream import StreamArgsError, parse_trigger
+
+pytestmark = pytest.mark.unit
+
+T = "orders"
+TP0, TP1 = TopicPartition(T, 0), TopicPartition(T, 1)
+WM = {TP0: (10, 100), TP1: (0, 50)}
+NOW = 1_800_000_000_000
+
+
+def times(lookup: dict[int, int]):
+    """offsets_for_times over a fake log where offset = (ts - 1_000) // 10 for every partition."""
+    def find(query):
+        return {tp: (None if ts > 2_000 else max(0, (ts - 1_000) // 10)) for tp, ts in query.items()}
+    return find
+
+
+def window(frm: str, to: str, partitions: int | None = 2, now: int = NOW) -> Window:
+    return resolve_window(T, partitions, WM, times({}), parse_spec(frm, "--from", T), parse_spec(to, "--to", T), now,
+                          raw_from=frm, raw_to=to, known_topics=["orders", "payments"])
+
+
+def test_specs_parse_to_offset_specs():
+    assert parse_spec("earliest", "--from", T) == Earliest()
+    assert parse_spec(" LATEST ", "--to", T) == Latest()
+    assert parse_spec('{"0": 5, "1": -1}', "--from", T) == SpecificOffsets(((TP0, 5), (TP1, -1)))
+    assert parse_spec('{"orders": {"1": 7}}', "--from", T) == SpecificOffsets(((TP1, 7),))
+    assert parse_spec("2026-11-22T10:00:00Z", "--from", T) == GlobalTimestamp(1795341600000)
+    assert parse_spec("2026-11-22T11:00:00+01:00", "--to", T) == GlobalTimestamp(1795341600000)
+    assert parse_spec("2026-11-22T10:00:00", "--to", T) == GlobalTimestamp(1795341600000)  # UTC when naive
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("yesterday", "--from 'yesterday' is not a spec; use earliest, latest"),
+    ('{"0": 5', "is not valid JSON"),
+    ('{"a": 5}', "must map partition numbers to offsets"),
+    ('{"0": -3}', "must map partition numbers to offsets"),
+    ("[1, 2]", "is not a spec; use earliest"),
+])
+def test_bad_specs_name_the_value_and_the_fix(raw, expected):
+    with pytest.raises(BackfillError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+        parse_spec(raw, "--from", T)
+
+
+def test_offsets_and_times_resolve_to_ranges():
+    assert window("earliest", "latest").bounds == {TP0: (10, 100), TP1: (0, 50)}
+    assert window('{"0": 20}', '{"1": 40}').bounds == {TP0: (20, 100), TP1: (0, 40)}
+    # times: first offset at or after each instant; an instant past the newest record is the log end
+    w = window("1970-01-01T00:00:01.200Z", "1970-01-01T00:00:01.450Z")
+    assert w.bounds == {TP0: (20, 45), TP1: (20, 45)}
+    assert window("1970-01-01T00:00:01.200Z", "1970-01-01T00:00:05Z").bounds[TP1] == (20, 50)
+    assert w.total == 50
+    assert Window.from_json(json.loads(json.dumps(w.to_json()))) == w
+
+
+@pytest.mark.parametrize("frm, to, partitions, message", [
+    ("earliest", "latest", None, "--topic 'orders' does not exist; existing topics: orders, payments"),
+    ('{"5": 1}', "latest", 2, "names partition 5, but topic 'orders' has partitions 0..1"),
+    ('{"0": 50}', '{"0": 20}', 2, "start offset 50 > end offset 20"),
+    ("1970-01-01T00:00:01.400Z", "1970-01-01T00:00:01.200Z", 2, "is after --to"),
+    ("2030-01-01T00:00:00Z", "latest", 2, "is in the future (now is 2027-01-15T08:00:00+00:00)"),
+    ('{"0": 3}', "latest", 2, "offset 3 of orders-0 is below the log start 10; offsets 3..9 were deleted"),
+    ("earliest", '{"1": 70}', 2, "offset 70 of orders-1 is beyond the log end 50"),
+])
+def test_validation_names_the_value_and_the_fix(frm, to, partitions, message):
+    with pytest.raises(BackfillError) as info:
+        window(frm, to, partitions)
+    assert message in str(info.value)
+
+
+def test_chunks_cover_the_window_once_within_the_chunk_size_and_resume_from_progress():
+    w = Window({TP0: (10, 100), TP1: (0, 50)})
+    done = progress(w, {})
+    seen: list[tuple[TopicPartition, int]] = []
+    while chunk := next_chunk(w, done, 17):
+        assert 0 < sum(e - s for s, e in chunk.values()) <= 17
+        for tp, (s, e) in chunk.items():
+            assert s == done[tp]
+            seen += [(tp, o) for o in range(s, e)]
+            done[tp] = e
+    assert sorted(seen) == sorted([(TP0, o) for o in range(10, 100)] + [(TP1, o) for o in range(50)])
+    # a snapshot from an earlier pass outside the window is clamped into it
+    assert progress(w, {TP0: 5, TP1: 70}) == {TP0: 10, TP1: 50}
+    assert remaining(w, progress(w, {TP0: 40})) == 60 + 50
+
+
+def test_demo_events_are_reproducible_and_bad_ones_are_realistic():
+    first = list(events.records(500, 0.2, seed=3))
+    again = list(events.records(500, 0.2, seed=3))
+    ids = [json.loads(v)["event_id"] for _, v, b in first if not b]
+    assert ids == [json.loads(v)["event_id"] for _, v, b in again if not b] and len(set(ids)) == len(ids)
+    bad = [v for _, v, b in first if b]
+    good = [json.loads(v) for _, v, b in first if not b]
+    assert 60 < len(bad) < 140
+    assert all(set(e) == set(events.FIELDS) and e["event_type"] in events.EVENT_TYPES for e in good)
+    assert all(k == str(json.loads(v)["user_id"]).encode() for k, v, b in first if not b)
+    broken = 0
+    for v in bad:
+        try:
+            e = json.loads(v)
+        except json.JSONDecodeError:
+            broken += 1
+            continue
+        assert (set(e) != set(events.FIELDS) or not isinstance(e["user_id"], int)
+                or not isinstance(e["amount"], float) or e["event_time"] == "yesterday"
+                or not 0 <= e["amount"] <= events.MAX_AMOUNT or e["event_type"] not in events.EVENT_TYPES
+                or e["currency"] not in events.CURRENCIES)
+    assert broken > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1, None, None, 0.0, None), "--count -1 is negative"),
+    ((10, 0, None, 0.0, None), "--rate 0 must be positive"),
+    ((10, None, 0, 0.0, None), "--partitions 0 must be at least 1"),
+    ((10, None, None, 1.5, None), "--bad-ratio 1.5 must be between 0 and 1"),
+    ((10, None, None, 0.1, "colour"), "--key-field 'colour' is not an event field"),
+])
+def test_produce_arguments_are_checked_before_the_broker(args, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        check_args(*args)
+
+
+def test_triggers():
+    assert parse_trigger("available-now") == {"availableNow": True}
+    assert parse_trigger("5s") == {"processingTime": "5 seconds"}
+    assert parse_trigger("500ms") == {"processingTime": "500 milliseconds"}
+    assert parse_trigger("2m") == {"processingTime": "2 minutes"}
+    for bad in ("0s", "soon", "5h", ""):
+        with pytest.raises(StreamArgsError, match="is not a trigger; use available-now"):
+            parse_trigger(bad)
