@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-unit up down status bench-read clean
+.PHONY: install demo test test-unit browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
@@ -21,8 +21,13 @@ demo: install
 	$(BIN)/streamfill stack up
 	$(BIN)/streamfill demo
 
-test: install
+test: install browser
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# the UI test drives Debian's chromium through its chromedriver (no browser download)
+browser:
+	@command -v chromedriver >/dev/null && command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

@@ -321,31 +321,39 @@ def demo_cmd(
     count: Annotated[int, typer.Option("--count", min=2, help="events to produce")] = 300_000,
     bad_ratio: Annotated[float, typer.Option("--bad-ratio", help="share of bad records")] = 0.01,
 ) -> None:
-    """The main job on the local stack: produce events, stream them into Postgres, backfill a time window into a
-    second table, then summarise from the tables and offsets_db's views."""
-    from spark_jobs import demo
+    """The main job through Airflow: produce events, trigger the stream DAG and a replay of a time window
+    through Airflow's REST API, then show what landed, the offsets, the quality results and the UI."""
+    from connectors.kafka.errors import BrokerError
+    from streamfill import demo
+    from streamfill.airflow_api import AirflowError
 
-    settings = get_settings()
-    spark = _spark("streamfill-demo", None)
     try:
-        out = demo.run(settings, spark, count, bad_ratio, lambda m: console.print(m, highlight=False))
-    finally:
-        spark.stop()
+        out = demo.run(get_settings(), count, bad_ratio, lambda m: console.print(m, highlight=False))
+    except (AirflowError, BrokerError, ValueError) as exc:
+        raise _fail(exc) from None
     table = Table(title="what landed")
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, rows in out["tables"].items():
-        table.add_row(name, f"{rows:,}")
-    table.add_row("dead_letters (orders-stream)", f"{out['dead_letters']:,}")
+        table.add_row(name + (" (every demo run's window)" if name == "orders_window" else ""), f"{rows:,}")
+    table.add_row(f"dead_letters (job {out['job']})", f"{out['dead_letters']:,}")
     console.print(table)
-    offsets = Table(title="latest_offsets and consumer_lag of orders-stream")
-    for col in ("topic", "partition", "next_offset", "lag"):
+    offsets = Table(title=f"latest_offsets and consumer_lag of job {out['job']}")
+    for col in ("partition", "next_offset", "lag"):
         offsets.add_column(col, justify="right")
-    lag = dict(out["lag"])
-    for topic, partition, next_offset in out["latest_offsets"]:
-        offsets.add_row(topic, str(partition), f"{next_offset:,}", str(lag.get(partition, "-")))
+    for partition, next_offset, lag in out["offsets"]:
+        offsets.add_row(str(partition), f"{next_offset:,}", "-" if lag is None else f"{lag:,}")
     console.print(offsets)
-    console.print("Query more with `streamfill offsets history --job orders-stream` or SQL on offset_history.")
+    quality = Table(title="newest quality results (offsets_db.quality_results)")
+    for col in ("checked at (UTC)", "job", "table", "result", "expectations met"):
+        quality.add_column(col, overflow="fold")
+    for checked_at, job, table_name, success, stats in out["quality"]:
+        quality.add_row(f"{checked_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S}", job or "-", table_name,
+                        "[green]passed[/]" if success else "[red]failed[/]",
+                        f"{stats.get('successful_expectations')} of {stats.get('evaluated_expectations')}")
+    console.print(quality)
+    console.print(f"Airflow UI: {out['ui']} (login {out['login'][0]} / {out['login'][1]}). Offsets: "
+                  f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
 
 
 def _first_lines(exc: Exception, n: int = 6) -> str:

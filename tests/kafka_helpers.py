@@ -43,3 +43,13 @@ def consume_all(bootstrap: str, topic: str, partitions: int, start: int = 0, end
                 break
     consumer.close()
     return out
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The log end of every partition of topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-probe"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        consumer.close()

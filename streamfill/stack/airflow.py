@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from sqlalchemy import make_url
+
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 from streamfill.stack.process import pid_alive, read_pid, spawn, wait_until
@@ -48,7 +50,19 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
         "STREAMFILL_HOME": str(s.home),
+        **connections(s),
     }
+
+
+def connections(settings: Settings) -> dict[str, str]:
+    """The Airflow connections and variable the DAGs use, as AIRFLOW_CONN_* / AIRFLOW_VAR_* (never in DAG code)."""
+    db = make_url(settings.offsets_db_url)
+    pg = {"conn_type": "postgres", "host": db.host, "port": db.port or 5432, "schema": db.database,
+          "login": db.username, "password": db.password}
+    kafka = {"conn_type": "generic", "extra": {"bootstrap_servers": settings.bootstrap_servers}}
+    return {"AIRFLOW_CONN_STREAMFILL_POSTGRES": json.dumps({k: v for k, v in pg.items() if v is not None}),
+            "AIRFLOW_CONN_STREAMFILL_KAFKA": json.dumps(kafka),
+            "AIRFLOW_VAR_STREAMFILL_SPARK_MASTER": settings.spark_master}
 
 
 def airflow_bin() -> str:

@@ -1,0 +1,151 @@
+"""Every streamfill DAG, generated from dags/streamfill_jobs.yaml (adding a job is a config change).
+
+Per job J:
+- streamfill_stream__J: launches the long-running stream with spark-submit; when it dies, the task's retries
+  restart it and it resumes from its checkpoint or offsets_db. Manual (trigger it once); Param `trigger` lets
+  a run stop when caught up (`available-now`).
+- streamfill_stream_health__J: every few minutes, fails when the last commit is too old or the lag too large.
+- streamfill_interval__J: one run per schedule interval [data_interval_start, data_interval_end): the offsets
+  between offsets-for-times of the two instants, in replace mode, then the quality suite on that window.
+  Airflow's own backfill (`airflow backfill create` or the UI) reprocesses any window; re-running is idempotent.
+- streamfill_quality__J: the quality suite on the stream's table, with freshness, on a schedule.
+And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
+
+Scheduled DAGs start paused: unpause those you want running. Nothing here names a host or a credential: they
+come from the Airflow connections streamfill_postgres, streamfill_kafka and streamfill_spark.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
+
+from streamfill.job_config import load
+
+JOBS = load()
+SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
+TAGS = ["streamfill"]
+
+
+@task
+def run_stream(job: str) -> None:
+    from streamfill import orchestration as o
+
+    spec = JOBS[job]
+    trigger = get_current_context()["params"]["trigger"] or spec.trigger
+    args = ["--job", spec.name, "--topic", spec.topic, "--table", spec.table, "--trigger", trigger]
+    if spec.max_offsets_per_trigger:
+        args += ["--max-offsets-per-trigger", str(spec.max_offsets_per_trigger)]
+    o.spark_submit("stream.py", args, o.endpoints())
+
+
+@task
+def check_health(job: str) -> None:
+    from streamfill import orchestration as o
+
+    spec = JOBS[job]
+    h = o.health(o.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
+                 spec.health.max_lag)
+    print(f"job {spec.name}: last commit {h.last_commit}, worst partition lag {h.max_lag}")
+    if h.problems:
+        raise RuntimeError("; ".join(h.problems))
+
+
+@task
+def backfill_window(job: str) -> str:
+    from streamfill import orchestration as o
+
+    spec, ctx = JOBS[job], get_current_context()
+    start, end = ctx["data_interval_start"], ctx["data_interval_end"]
+    name = o.window_job(spec.name, start)
+    o.spark_submit("backfill.py", ["--job", name, "--topic", spec.topic, "--from", o.iso(start), "--to", o.iso(end),
+                                   "--table", spec.interval_table, "--mode", "replace"], o.endpoints())
+    return name
+
+
+@task
+def validate_replay() -> dict:
+    """Checks the form against the broker and offsets_db before Spark starts (from after to, unknown
+    partitions, times in the future, ranges below the log start)."""
+    from connectors.kafka.broker import Broker
+    from offsets_db.store import OffsetStore
+    from spark_jobs import backfill
+    from streamfill import orchestration as o
+
+    p = get_current_context()["params"]
+    spec = JOBS[p["job"]]
+    table = p["table"] or f"{spec.table}_replay"
+    ends = o.endpoints()
+    args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"], p["to"],
+                                 table, p["mode"], p["chunk_size"])
+    backfill.check_job(args, OffsetStore(ends.db_url))
+    window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
+    print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
+    return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
+            "mode": args.mode, "chunk_size": args.chunk_size}
+
+
+@task
+def run_replay(plan: dict) -> str:
+    from streamfill import orchestration as o
+
+    o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
+                                   plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
+                                   str(plan["chunk_size"])], o.endpoints())
+    return plan["job"]
+
+
+@task
+def quality(checked_job: str, table: str, suite: str, whole_table: bool = False,
+            fresh_minutes: int | None = None) -> None:
+    from streamfill import orchestration as o
+    from streamfill import quality as q
+
+    outcome = q.validate(o.endpoints().db_url, table, checked_job, suite=suite, whole_table=whole_table,
+                         freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
+    q.require(outcome)
+
+
+for spec in JOBS.values():
+    with DAG(dag_id=f"streamfill_stream__{spec.name}", schedule=None, catchup=False, max_active_runs=1,
+             tags=TAGS, doc_md=__doc__,
+             params={"trigger": Param(None, type=["null", "string"], pattern=r"^(available-now|\d+(ms|s|m))$",
+                                      description=f"empty: the job's trigger ({spec.trigger}); available-now "
+                                                  "stops when caught up")},
+             default_args={"retries": 20, "retry_delay": timedelta(seconds=15)}):
+        run_stream(spec.name)
+
+    with DAG(dag_id=f"streamfill_stream_health__{spec.name}", catchup=False, max_active_runs=1, tags=TAGS,
+             schedule=CronDataIntervalTimetable(f"*/{spec.health.every_minutes} * * * *", timezone="UTC"),
+             is_paused_upon_creation=True):
+        check_health(spec.name)
+
+    with DAG(dag_id=f"streamfill_interval__{spec.name}", catchup=False, max_active_runs=4, tags=TAGS,
+             schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
+             default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}):
+        window = backfill_window(spec.name)
+        quality(window, spec.interval_table, spec.suite)
+
+    with DAG(dag_id=f"streamfill_quality__{spec.name}", catchup=False, max_active_runs=1, tags=TAGS,
+             schedule=CronDataIntervalTimetable(spec.quality_schedule, timezone="UTC"),
+             is_paused_upon_creation=True):
+        quality(spec.name, spec.table, spec.suite, whole_table=True,
+                fresh_minutes=spec.health.max_commit_age_minutes)
+
+with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, tags=TAGS, doc_md=__doc__,
+         params={
+             "job": Param(next(iter(JOBS)), enum=list(JOBS), description="the configured job whose topic to replay"),
+             "from": Param("earliest", type="string", pattern=SPEC_PATTERN,
+                           description="earliest, latest, per-partition JSON or an ISO-8601 time"),
+             "to": Param("latest", type="string", pattern=SPEC_PATTERN,
+                         description="earliest, latest, per-partition JSON or an ISO-8601 time"),
+             "mode": Param("append-new", enum=["append-new", "replace"],
+                           description="append-new keeps existing rows, replace upserts them"),
+             "table": Param(None, type=["null", "string"], pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
+                            description="target table; empty: <job table>_replay"),
+             "chunk_size": Param(500_000, type="integer", minimum=1, description="offsets per exactly-once chunk"),
+         }):
+    plan = validate_replay()
+    replayed = run_replay(plan)
+    quality(replayed, plan["table"], "orders")

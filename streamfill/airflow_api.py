@@ -1,0 +1,75 @@
+"""A small client of Airflow's REST API v2 (token login, trigger, wait), for `make demo` and the tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+
+from streamfill.settings import Settings
+from streamfill.stack.airflow import ADMIN, admin_password, airflow_bin, airflow_env
+
+
+class AirflowError(RuntimeError):
+    pass
+
+
+class AirflowApi:
+    def __init__(self, settings: Settings) -> None:
+        self.base = f"http://{settings.host}:{settings.airflow_port}"
+        self.login = (ADMIN, admin_password(settings))
+        body = json.dumps({"username": self.login[0], "password": self.login[1]}).encode()
+        req = urllib.request.Request(f"{self.base}/auth/token", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                self.token = json.loads(resp.read())["access_token"]
+        except urllib.error.URLError as exc:
+            raise AirflowError(f"cannot log in to Airflow at {self.base}: {exc}. Start it with `streamfill stack up`")
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        req = urllib.request.Request(f"{self.base}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read() or b"{}")
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        """A manual run; `logical_date` must be given in Airflow 3 (null: now)."""
+        try:
+            run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        except urllib.error.HTTPError as exc:
+            raise AirflowError(f"triggering {dag_id} failed: HTTP {exc.code} {exc.read().decode()[:500]}") from None
+        return run["dag_run_id"]
+
+    def state(self, dag_id: str, run_id: str) -> str:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")["state"]
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 1800,
+             on_state: Callable[[str], None] | None = None) -> str:
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            state = self.state(dag_id, run_id)
+            if state != last and on_state:
+                on_state(state)
+            last = state
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise AirflowError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s; see the Airflow UI")
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
+
+
+def reserialize(settings: Settings) -> None:
+    """Parse the DAG files now: a new DAG file otherwise appears at the scheduler's next folder scan."""
+    done = subprocess.run([airflow_bin(), "dags", "reserialize"], env=airflow_env(settings), capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise AirflowError(f"airflow dags reserialize failed: {done.stderr[-2000:]}")

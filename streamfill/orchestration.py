@@ -1,0 +1,141 @@
+"""What the DAGs' tasks do, kept out of the DAG files: settings from Airflow connections, spark-submit with the
+task's lifetime, the stream's health, and the job names of windows and replays.
+
+Set up by `streamfill stack up` in Airflow's environment (AIRFLOW_CONN_*, AIRFLOW_VAR_*), or in the UI:
+connections `streamfill_postgres` (offsets_db and the sink tables) and `streamfill_kafka` (extra
+`bootstrap_servers`, or host:port), variable `streamfill_spark_master`. Nothing about them is in a DAG file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import URL, create_engine, text
+
+from streamfill import REPO_ROOT
+
+log = logging.getLogger("streamfill.orchestration")
+
+POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = "streamfill_postgres", "streamfill_kafka", "streamfill_spark_master"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    db_url: str
+    bootstrap_servers: str
+    spark_master: str
+
+    def env(self) -> dict[str, str]:
+        """The job's STREAMFILL_* settings; credentials travel in the environment, never on a command line."""
+        return {"STREAMFILL_DB_URL": self.db_url, "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+                "STREAMFILL_SPARK_MASTER": self.spark_master}
+
+
+def endpoints() -> Endpoints:
+    """From the Airflow connections and variable; call inside a task."""
+    from airflow.sdk import BaseHook, Variable
+
+    pg = BaseHook.get_connection(POSTGRES_CONN)
+    url = URL.create("postgresql+psycopg2", username=pg.login or None, password=pg.password or None,
+                     host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
+    kafka = BaseHook.get_connection(KAFKA_CONN)
+    bootstrap = kafka.extra_dejson.get("bootstrap_servers") or f"{kafka.host}:{kafka.port or 9092}"
+    return Endpoints(url, bootstrap, Variable.get(SPARK_MASTER_VAR, default="local[*]"))
+
+
+def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None) -> None:
+    """spark-submit of spark_jobs/<script> with the project's interpreter, its output in the task log.
+
+    The job runs in its own process group; when Airflow stops the task (SIGTERM), the whole group gets
+    SIGTERM and, 30 s later, SIGKILL: nothing keeps running after its task. A non-zero exit fails the task.
+    """
+    bin_dir = Path(sys.executable).parent
+    cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master,
+           "--conf", "spark.ui.showConsoleProgress=false", str(REPO_ROOT / "spark_jobs" / script), *args]
+    env = {**os.environ, **ends.env(), **(extra_env or {}), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    log.info("running %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+    def stop(signum, _frame) -> None:
+        log.warning("task stopped (signal %d): stopping %s", signum, script)
+        _kill_group(proc)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        for line in proc.stdout:
+            if " WARN " not in line:  # Spark's JVM warnings drown the job's own lines
+                print(line, end="", flush=True)
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            _kill_group(proc)
+    if code != 0:
+        raise RuntimeError(f"{script} exited with {code}; its output is above")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def window_job(job: str, start: datetime) -> str:
+    """One backfill job per window, so a window's chunks resume and its re-runs are recognised."""
+    return f"{job}.interval.{start.astimezone(timezone.utc):%Y%m%dT%H%M}"
+
+
+def replay_job(job: str, frm: str, to: str, table: str) -> str:
+    """The same replay asked twice is the same job: append-new then changes nothing, replace rewrites."""
+    digest = hashlib.sha1(f"{frm}|{to}|{table}".encode()).hexdigest()[:10]
+    return f"{job}.replay.{digest}"
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat()
+
+
+@dataclass(frozen=True)
+class Health:
+    last_commit: datetime | None
+    max_lag: int | None
+    problems: list[str]
+
+
+def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
+           now: datetime | None = None) -> Health:
+    """A stream is unhealthy when its newest commit is too old or a partition lags too far (consumer_lag)."""
+    now = now or datetime.now(timezone.utc)
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            last = conn.scalar(text("SELECT max(b.committed_at) FROM batches b JOIN jobs j ON j.id = b.job_id "
+                                    "WHERE j.name = :job"), {"job": job})
+            lag = conn.scalar(text("SELECT max(lag) FROM consumer_lag WHERE job = :job"), {"job": job})
+    finally:
+        engine.dispose()
+    problems = []
+    if last is None:
+        problems.append(f"job {job!r} has never committed a batch; is streamfill_stream__{job} running?")
+    elif now - last > max_commit_age:
+        problems.append(f"job {job!r} last committed at {last:%Y-%m-%d %H:%M:%S} UTC, {now - last} ago "
+                        f"(threshold {max_commit_age}); check streamfill_stream__{job}'s log")
+    if lag is not None and lag > max_lag:
+        problems.append(f"job {job!r} lags {lag:,} offsets on its worst partition (threshold {max_lag:,}); "
+                        "see `streamfill offsets lag --job " + job + "`")
+    return Health(last, lag, problems)

@@ -1,0 +1,298 @@
+"""The DAGs on real Airflow: integrity, `airflow dags test` runs of the interval, replay and quality DAGs,
+quality failures, Airflow's own backfill, a replay through the REST API and a stream restarted by Airflow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from spark_jobs import events
+from spark_jobs.produce import ensure_topic
+from streamfill.airflow_api import AirflowApi, AirflowError, reserialize
+from streamfill.stack.airflow import airflow_bin, airflow_env
+from tests.kafka_helpers import consume_all, end_offsets, produce as produce_records
+
+pytestmark = pytest.mark.integration
+
+
+def query(db, sql: str, **params) -> list[tuple]:
+    with db.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql), params)]
+
+
+@pytest.fixture
+def jobs_file(tmp_path, topic_name) -> Path:
+    """A jobs file of its own: DAGs for one test topic, nothing shared with the stack's `orders`."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        jobs:
+          {topic_name}:
+            topic: {topic_name}
+            table: {topic_name}_events
+            trigger: 2s
+            interval_table: {topic_name}_hourly
+    """))
+    return path
+
+
+def airflow(settings, *args: str, jobs: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = airflow_env(settings)
+    if jobs is not None:
+        env["STREAMFILL_JOBS_FILE"] = str(jobs)
+    return subprocess.run([airflow_bin(), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def timed_events(bootstrap: str, topic: str, stamps: list[int], bad_every: int = 10, seed: int = 3,
+                 partitions: int = 2) -> list:
+    """One demo event per timestamp (ms) into partitions 0 and 1, every bad_every-th one bad; returns
+    (value, is_bad, ts) as sent."""
+    ensure_topic(bootstrap, topic, partitions)
+    now = datetime.now(timezone.utc)
+    sent = []
+    for i, (_, value, _) in enumerate(events.records(len(stamps), 0.0, seed, now=now)):
+        bad = bad_every and i % bad_every == bad_every - 1
+        sent.append((b"{broken" if bad else value, bool(bad), stamps[i]))
+    produce_records(bootstrap, topic, [{"value": v, "partition": i % 2, "timestamp": ts}
+                                       for i, (v, _, ts) in enumerate(sent)])
+    return sent
+
+
+def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings):
+    script = textwrap.dedent("""
+        import copy, json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags")  # bagging checks each DAG for cycles: one would be an import error
+        out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids),
+               "tags": sorted({t for d in bag.dags.values() for t in d.tags}),
+               "tasks": {d.dag_id: len(d.tasks) for d in bag.dags.values()}, "rejected": {}}
+        replay = bag.dags["streamfill_replay"]
+        for name, bad in {"mode": {"mode": "upsert"}, "job": {"job": "nope"}, "from": {"from": "yesterday"},
+                          "table": {"table": "x; drop"}, "chunk": {"chunk_size": 0}}.items():
+            params = copy.deepcopy(replay.params)
+            try:
+                for k, v in bad.items():
+                    params[k] = v
+                params.validate()
+                out["rejected"][name] = None
+            except Exception as exc:
+                out["rejected"][name] = type(exc).__name__
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=airflow_env(stack_settings), capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {} and out["tags"] == ["streamfill"]
+    assert out["tasks"]["streamfill_replay"] == 3 and out["tasks"]["streamfill_interval__orders"] == 2
+    assert out["dags"] == ["streamfill_interval__orders", "streamfill_quality__orders", "streamfill_replay",
+                           "streamfill_stream__orders", "streamfill_stream_health__orders"]
+    assert out["rejected"] == {k: "ParamValidationError" for k in ("mode", "job", "from", "table", "chunk")}
+
+
+def test_an_interval_run_reads_exactly_its_window_and_checks_it(stack_settings, bootstrap, db, topic_name,
+                                                                  jobs_file):
+    start = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    ms = int(start.timestamp() * 1000)
+    # before the window, in it, after it (record timestamps, not arrival order, decide)
+    stamps = [ms - 60_000 + i for i in range(40)] + [ms + i * 9_000 for i in range(400)] + \
+             [ms + 3_600_000 + i for i in range(40)]
+    sent = timed_events(bootstrap, topic_name, stamps)
+    # a manual run at L covers the last whole interval before L: [start, start + 1 h)
+    run_at = (start + timedelta(hours=1)).isoformat()
+    done = airflow(stack_settings, "dags", "test", f"streamfill_interval__{topic_name}", run_at, jobs=jobs_file)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    table = f"{topic_name}_hourly"
+    in_window = [(v, bad) for v, bad, ts in sent if ms <= ts < ms + 3_600_000]
+    assert query(db, f'SELECT count(*) FROM "{table}"') == [(sum(not b for _, b in in_window),)]
+    want = {json.loads(v)["event_id"] for v, bad in in_window if not bad}
+    assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
+    job = f"{topic_name}.interval.{start:%Y%m%dT%H%M}"
+    assert query(db, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
+                 j=job) == [(sum(b for _, b in in_window),)]
+    assert query(db, "SELECT success, table_name FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                     "WHERE j.name = :j", j=job) == [(True, table)]
+    # the same window again: replace rewrites the same rows, nothing more
+    again = airflow(stack_settings, "dags", "test", f"streamfill_interval__{topic_name}", run_at, jobs=jobs_file)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
+    assert query(db, f'SELECT count(*) FROM "{table}"') == [(len(want),)]
+
+
+def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, stack_settings, bootstrap, db,
+                                                                      topic_name, jobs_file, tmp_path):
+    import threading
+
+    from spark_jobs import stream
+    from spark_jobs.produce import produce
+
+    ensure_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, 1200, bad_ratio=0.05, seed=21)
+    table = f"{topic_name}_replayed"
+    conf = json.dumps({"job": topic_name, "from": '{"0": 100}', "to": "latest", "mode": "append-new",
+                       "table": table, "chunk_size": 400})
+    done = airflow(stack_settings, "dags", "test", "streamfill_replay", "-c", conf, jobs=jobs_file)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    consumed = {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic_name, 2)
+                if m.partition() == 1 or m.offset() >= 100}
+    landed = {tuple(r) for r in query(db, f'SELECT partition, "offset" FROM "{table}"')}
+    dead = {tuple(r) for r in query(db, 'SELECT partition, "offset" FROM dead_letters d JOIN jobs j ON '
+                                        "j.id = d.job_id WHERE j.name LIKE :j", j=f"{topic_name}.replay.%")}
+    assert landed | dead == consumed and not landed & dead
+    assert query(db, "SELECT q.success FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                     "WHERE j.name LIKE :j", j=f"{topic_name}.replay.%") == [(True,)]
+
+    # a from after to is refused by the validation task, before Spark
+    bad = airflow(stack_settings, "dags", "test", "streamfill_replay", "-c",
+                  json.dumps({"job": topic_name, "from": '{"0": 300}', "to": '{"0": 200}'}), jobs=jobs_file)
+    assert bad.returncode != 0 and "start offset 300 > end offset 200" in bad.stdout + bad.stderr
+    assert query(db, "SELECT count(*) FROM jobs WHERE name LIKE :j", j=f"{topic_name}.replay.%") == [(1,)]
+
+    # the stream's table, then its scheduled quality DAG: passes, then fails on rows that break rules
+    stream.run(stream.StreamArgs(topic_name, topic_name, f"{topic_name}_events", tmp_path / "ckpt",
+                                 "available-now", None), spark, bootstrap, stack_settings.offsets_db_url,
+               threading.Event())
+    ok = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
+    assert ok.returncode == 0, ok.stdout[-4000:]
+    events_table = f"{topic_name}_events"
+    with db.begin() as conn:
+        conn.execute(text(f'UPDATE "{events_table}" SET amount = -5 WHERE "offset" = 3 AND partition = 0'))
+        conn.execute(text(f'INSERT INTO "{events_table}" SELECT topic, partition, "offset" + 1000000, '
+                          f'kafka_timestamp, event_id, user_id, event_type, amount, currency, event_time '
+                          f'FROM "{events_table}" WHERE "offset" = 5 AND partition = 1'))
+    failed = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
+    assert failed.returncode != 0
+    log = failed.stdout + failed.stderr
+    assert "FAIL event_id is unique" in log and "FAIL expect_column_values_to_be_between(column=amount" in log
+    stored = query(db, "SELECT success, result FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                       "WHERE j.name = :j ORDER BY q.id", j=topic_name)
+    assert [s for s, _ in stored] == [True, False]
+    failing = [(e["expectation_type"], e["kwargs"].get("column")) for e in stored[1][1]["expectations"]
+               if not e["success"]]
+    assert sorted(failing) == [("expect_column_values_to_be_between", "amount"), ("unexpected_rows_expectation", None)]
+
+
+@pytest.fixture(scope="module")
+def api(stack_settings) -> AirflowApi:
+    """The running standalone, with the DAGs parsed now rather than at its next folder scan."""
+    reserialize(stack_settings)
+    return AirflowApi(stack_settings)
+
+
+def test_a_replay_triggered_through_the_rest_api_lands_its_rows(api, bootstrap, db, topic_name):
+    from spark_jobs.produce import produce
+
+    ensure_topic(bootstrap, "orders", 4)
+    before = end_offsets(bootstrap, "orders")
+    done = produce(bootstrap, "orders", 2000, bad_ratio=0.05, seed=int(time.time()))
+    after = end_offsets(bootstrap, "orders")
+    table = f"{topic_name}_rest"
+    conf = {"job": "orders", "from": json.dumps({str(p): o for p, o in before.items()}),
+            "to": json.dumps({str(p): o for p, o in after.items()}), "mode": "append-new", "table": table}
+    run_id = api.trigger("streamfill_replay", conf)
+    assert api.wait("streamfill_replay", run_id) == "success"
+    assert query(db, f'SELECT count(*) FROM "{table}"') == [(done.valid,)]
+    # a bad conf is refused by the Params schema with the parameter named
+    with pytest.raises(AirflowError, match=r"HTTP 400 .*mode"):
+        api.trigger("streamfill_replay", {**conf, "mode": "upsert"})
+
+
+@pytest.fixture
+def dropped_job(stack_settings, topic_name):
+    """A job of this test's own, added the way a user adds one: a file in dags/jobs.d/, parsed at once."""
+    from streamfill import REPO_ROOT
+
+    path = REPO_ROOT / "dags" / "jobs.d" / f"{topic_name}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(textwrap.dedent(f"""\
+        jobs:
+          {topic_name}:
+            topic: {topic_name}
+            table: {topic_name}_events
+            interval_table: {topic_name}_hourly
+    """))
+    reserialize(stack_settings)
+    yield topic_name
+    path.unlink()
+    reserialize(stack_settings)
+
+
+def test_airflow_backfill_reprocesses_exactly_its_windows_and_again_changes_nothing(api, stack_settings, bootstrap,
+                                                                                     db, dropped_job):
+    topic, dag = dropped_job, f"streamfill_interval__{dropped_job}"
+    first = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=10)
+    ms, hour = int(first.timestamp() * 1000), 3_600_000  # records from first - 1 h to first + 4 h
+    # timestamps in order, from an hour before the first window to an hour after the third
+    sent = timed_events(bootstrap, topic, [ms - hour + i * 60_000 for i in range(300)])
+
+    api.set_paused(dag, False)
+    try:
+        for pass_no, behaviour in ((1, "none"), (2, "completed")):
+            done = airflow(stack_settings, "backfill", "create", "--dag-id", dag, "--from-date", first.isoformat(),
+                           "--to-date", (first + timedelta(hours=2)).isoformat(), "--reprocess-behavior", behaviour)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:  # Airflow marks a backfill completed when its runs have ended
+                backfills = api.call("GET", f"/api/v2/backfills?dag_id={dag}")["backfills"]
+                if len(backfills) == pass_no and all(b["completed_at"] for b in backfills):
+                    break
+                time.sleep(5)
+            runs = api.call("GET", f"/api/v2/dags/{dag}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
+            assert [r["state"] for r in runs] == ["success"] * 3, runs
+            windows = sorted((datetime.fromisoformat(r["data_interval_start"]),
+                              datetime.fromisoformat(r["data_interval_end"])) for r in runs)
+            # three consecutive hours around --from-date/--to-date (Airflow decides how dates map to intervals)
+            assert [e - b for b, e in windows] == [timedelta(hours=1)] * 3
+            assert windows[0][1] == windows[1][0] and windows[1][1] == windows[2][0]
+            assert first - timedelta(hours=1) <= windows[0][0] <= first + timedelta(hours=1)
+            rows = query(db, f'SELECT event_id, partition, "offset", amount FROM "{topic}_hourly"')
+            if behaviour == "none":
+                snapshot = sorted(rows)
+            else:
+                assert sorted(rows) == snapshot  # the same windows again: the same rows, not one more
+        lo, hi = (int(w.timestamp() * 1000) for w in (windows[0][0], windows[2][1]))
+        want = {json.loads(v)["event_id"] for v, bad, ts in sent if not bad and lo <= ts < hi}
+        assert {r[0] for r in snapshot} == want and len(snapshot) == len(want)
+    finally:
+        api.set_paused(dag, True)
+
+
+def test_the_stream_dag_restarts_a_job_killed_from_outside_and_ends_exactly_once(api, bootstrap, db):
+    from spark_jobs.produce import produce
+
+    ensure_topic(bootstrap, "orders", 4)
+    produce(bootstrap, "orders", 300_000, bad_ratio=0.01, seed=int(time.time()))
+    end = end_offsets(bootstrap, "orders")
+    dag = "streamfill_stream__orders"
+    run_id = api.trigger(dag, {"trigger": "available-now"})
+    deadline = time.monotonic() + 300
+    killed = False
+    while not killed and time.monotonic() < deadline:  # kill the running spark-submit once it has started
+        found = subprocess.run(["pgrep", "-f", "spark_jobs/stream.py --job orders "], capture_output=True,
+                               text=True).stdout.split()
+        if found:
+            time.sleep(8)
+            subprocess.run(["pkill", "-KILL", "-f", "spark_jobs/stream.py --job orders "])
+            killed = True
+        time.sleep(1)
+    assert killed, "the stream never started"
+    assert api.wait(dag, run_id) == "success"
+    tis = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
+    assert tis["task_instances"][0]["try_number"] >= 2  # Airflow's retry restarted it
+    latest = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = 'orders' "
+                            "AND topic = 'orders'"))
+    assert latest == end
+    for p, e in end.items():
+        rows = query(db, 'SELECT count(*) FROM orders_events WHERE topic = \'orders\' AND partition = :p '
+                         'AND "offset" < :e', p=p, e=e)[0][0]
+        dead = query(db, 'SELECT count(DISTINCT "offset") FROM dead_letters WHERE topic = \'orders\' '
+                         'AND partition = :p AND "offset" < :e', p=p, e=e)[0][0]
+        assert rows + dead == e, f"partition {p}: {rows} rows + {dead} dead letters != {e} offsets"

@@ -1,0 +1,97 @@
+"""The Airflow UI in headless Chromium (Debian's chromium and chromedriver, driven by Selenium): log in, fill
+streamfill_replay's Params form, trigger, and see the run succeed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from sqlalchemy import text
+
+from spark_jobs.produce import ensure_topic, produce
+from streamfill.airflow_api import AirflowApi, reserialize
+from streamfill.stack.airflow import admin_password
+from tests.kafka_helpers import end_offsets
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail("chromium and chromium-driver are missing: `make browser` installs them")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        opts.add_argument(arg)
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.implicitly_wait(2)
+    yield d
+    d.quit()
+
+
+def wait_for(fn, timeout: float = 60, what: str = "the page"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = fn()
+            if found:
+                return found
+        except Exception:  # noqa: BLE001 - the element is not there yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{what} did not appear within {timeout} s")
+
+
+def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(browser, stack_settings, bootstrap,
+                                                                         db, topic_name):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    reserialize(stack_settings)
+    ensure_topic(bootstrap, "orders", 4)
+    api = AirflowApi(stack_settings)
+    before = end_offsets(bootstrap, "orders")
+    produce(bootstrap, "orders", 500, seed=int(time.time()))
+    after = end_offsets(bootstrap, "orders")
+    table = f"{topic_name}_ui"
+    base = f"http://{stack_settings.host}:{stack_settings.airflow_port}"
+
+    browser.get(base + "/")
+    wait_for(lambda: browser.find_element(By.NAME, "username"), what="the login form").send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys(admin_password(stack_settings))
+    next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text == "Sign in").click()
+    wait_for(lambda: "/auth/login" not in browser.current_url, what="the home page")
+
+    browser.get(base + "/dags/streamfill_replay")
+    wait_for(lambda: [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"],
+             what="the Trigger button")[0].click()
+
+    def field(name: str):  # the Params form renders each param as an input with id element_<name>
+        return wait_for(lambda: browser.find_element(By.ID, f"element_{name}"), what=f"the form field {name}")
+
+    for name, value in (("from", json.dumps({str(p): o for p, o in before.items()})),
+                        ("to", json.dumps({str(p): o for p, o in after.items()})), ("table", table)):
+        box = field(name)
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(value)
+    buttons = [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"]
+    buttons[-1].click()  # the dialog's own Trigger, below the form
+
+    run_id = wait_for(lambda: (api.call("GET", "/api/v2/dags/streamfill_replay/dagRuns?order_by=-start_date"
+                                               "&limit=1")["dag_runs"] or [None])[0], what="the new run")
+    assert run_id["conf"]["table"] == table, run_id["conf"]
+    assert api.wait("streamfill_replay", run_id["dag_run_id"], timeout=900) == "success"
+
+    # and the UI shows it: the run's page lists it as success
+    browser.get(f"{base}/dags/streamfill_replay/runs/{run_id['dag_run_id']}")
+    wait_for(lambda: "success" in browser.page_source.lower(), what="the run's success state")
+    with db.connect() as conn:
+        rows = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+    assert rows == sum(after.values()) - sum(before.values())
