@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import BigInteger, Engine, create_engine, delete, func, literal, select
+from sqlalchemy import BigInteger, Engine, create_engine, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -92,9 +92,15 @@ class OffsetStore:
 
     def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
                   spark_app_id: str | None = None) -> int:
-        """One row per launch, so offsets_db shows who ran what when (Airflow's ids when it launched it)."""
+        """One row per launch, so offsets_db shows who ran what when (Airflow's ids when it launched it).
+
+        A job runs one launch at a time: launches still marked running were killed before they could say so
+        (SIGKILL, a lost machine) and become `lost`."""
         with Session(self.engine) as s, s.begin():
-            run = Run(job_id=self._job_id(s, job), dag_id=dag_id, airflow_run_id=airflow_run_id,
+            job_id = self._job_id(s, job)
+            s.execute(update(Run).where(Run.job_id == job_id, Run.status == "running")
+                      .values(status="lost", ended_at=func.now()))
+            run = Run(job_id=job_id, dag_id=dag_id, airflow_run_id=airflow_run_id,
                       spark_app_id=spark_app_id, status="running")
             s.add(run)
             s.flush()

@@ -287,6 +287,9 @@ def test_the_stream_dag_restarts_a_job_killed_from_outside_and_ends_exactly_once
     assert api.wait(dag, run_id) == "success"
     tis = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
     assert tis["task_instances"][0]["try_number"] >= 2  # Airflow's retry restarted it
+    statuses = [r[0] for r in query(db, "SELECT r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE "
+                                        "j.name = 'orders' AND r.airflow_run_id = :r ORDER BY r.id", r=run_id)]
+    assert statuses[-1] == "succeeded" and set(statuses[:-1]) == {"lost"}  # the killed launch, then the retry
     latest = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = 'orders' "
                             "AND topic = 'orders'"))
     assert latest == end
