@@ -164,14 +164,19 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     assert ok.returncode == 0, ok.stdout[-4000:]
     events_table = f"{topic_name}_events"
     with db.begin() as conn:
-        conn.execute(text(f'UPDATE "{events_table}" SET amount = -5 WHERE "offset" = 3 AND partition = 0'))
-        conn.execute(text(f'INSERT INTO "{events_table}" SELECT topic, partition, "offset" + 1000000, '
-                          f'kafka_timestamp, event_id, user_id, event_type, amount, currency, event_time '
-                          f'FROM "{events_table}" WHERE "offset" = 5 AND partition = 1'))
+        # rows that exist whichever partitions the keyless bad records went to: the first and the last
+        first_row = f'(SELECT partition, "offset" FROM "{events_table}" ORDER BY 1, 2 LIMIT 1)'
+        last_row = f'(SELECT partition, "offset" FROM "{events_table}" ORDER BY 1 DESC, 2 DESC LIMIT 1)'
+        assert conn.execute(text(f'UPDATE "{events_table}" SET amount = -5 '
+                                 f'WHERE (partition, "offset") = {first_row}')).rowcount == 1
+        assert conn.execute(text(f'INSERT INTO "{events_table}" SELECT topic, partition, "offset" + 1000000, '
+                                 f'kafka_timestamp, event_id, user_id, event_type, amount, currency, event_time '
+                                 f'FROM "{events_table}" WHERE (partition, "offset") = {last_row}')).rowcount == 1
     failed = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
     assert failed.returncode != 0
     log = failed.stdout + failed.stderr
-    assert "FAIL event_id is unique" in log and "FAIL expect_column_values_to_be_between(column=amount" in log
+    assert "FAIL event_id is unique" in log, log[-6000:]
+    assert "FAIL expect_column_values_to_be_between(column=amount" in log, log[-6000:]
     stored = query(db, "SELECT success, result FROM quality_results q JOIN jobs j ON j.id = q.job_id "
                        "WHERE j.name = :j ORDER BY q.id", j=topic_name)
     assert [s for s, _ in stored] == [True, False]
