@@ -173,9 +173,11 @@ def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[in
 
 def main() -> None:
     """spark-submit entry point: the same command line as `streamfill backfill`."""
+    import sys
+
     from streamfill.cli import app
 
-    app(["backfill", *__import__("sys").argv[1:]])
+    app(["backfill", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -78,7 +78,6 @@ def validate(db_url: str, table: str, job: str, *, suite: str = "orders", whole_
     """Run the suite on `table` for what `job` consumed; store and return the outcome (never raises on a
     failing expectation: `require` does)."""
     import great_expectations as gx
-    import great_expectations.expectations as gxe
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     engine = create_engine(db_url)

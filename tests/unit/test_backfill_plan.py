@@ -21,15 +21,13 @@ WM = {TP0: (10, 100), TP1: (0, 50)}
 NOW = 1_800_000_000_000
 
 
-def times(lookup: dict[int, int]):
-    """offsets_for_times over a fake log where offset = (ts - 1_000) // 10 for every partition."""
-    def find(query):
-        return {tp: (None if ts > 2_000 else max(0, (ts - 1_000) // 10)) for tp, ts in query.items()}
-    return find
+def offsets_for_times(query):
+    """A fake log where offset = (ts - 1_000) // 10 in every partition, and no record after ts 2_000."""
+    return {tp: (None if ts > 2_000 else max(0, (ts - 1_000) // 10)) for tp, ts in query.items()}
 
 
 def window(frm: str, to: str, partitions: int | None = 2, now: int = NOW) -> Window:
-    return resolve_window(T, partitions, WM, times({}), parse_spec(frm, "--from", T), parse_spec(to, "--to", T), now,
+    return resolve_window(T, partitions, WM, offsets_for_times, parse_spec(frm, "--from", T), parse_spec(to, "--to", T), now,
                           raw_from=frm, raw_to=to, known_topics=["orders", "payments"])
 
 
