@@ -1,6 +1,6 @@
 """Kafka into Postgres end to end: `streamfill stream` against the common hand-written alternative, same run.
 
-  (a) streamfill: streamfill_kafka -> spark_jobs.transforms.parse_events -> streamfill_postgres, exactly-once
+  (a) streamfill: streamfill_kafka -> spark_jobs.demo.orders.parse_events -> streamfill_postgres, exactly-once
       (rows, dead letters and offsets in one transaction per micro-batch), Trigger.AvailableNow;
   (b) the alternative: Spark's format("kafka") -> the same parse_events -> foreachBatch writing valid rows and
       dead letters with Spark's JDBC writer (batch persisted, default JDBC options), at-least-once;
@@ -16,27 +16,23 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
-# run as a script, this file's folder comes first on sys.path and bench/offsets_db.py would hide the package
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import create_engine, make_url, text
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from sqlalchemy import create_engine, make_url, text  # noqa: E402
-
-from spark_jobs import backfill, stream  # noqa: E402
-from spark_jobs.produce import ensure_topic, produce  # noqa: E402
-from spark_jobs.transforms import parse_events  # noqa: E402
-from streamfill.settings import get_settings  # noqa: E402
+from spark_jobs import backfill, stream
+from spark_jobs.demo.orders import parse_events
+from spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.settings import get_settings
 
 console = Console()
+HERE = Path(__file__).resolve().parent
 
 
 def _jars(dest: Path) -> list[str]:

@@ -21,7 +21,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
-from streamfill.job_config import load
+from orchestration.jobs_file import load
 
 JOBS = load()
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
@@ -30,11 +30,12 @@ TAGS = ["streamfill"]
 
 @task
 def run_stream(job: str) -> None:
-    from streamfill import orchestration as o
+    from orchestration import tasks as o
 
     spec = JOBS[job]
     trigger = get_current_context()["params"]["trigger"] or spec.trigger
-    args = ["--job", spec.name, "--topic", spec.topic, "--table", spec.table, "--trigger", trigger]
+    args = ["--job", spec.name, "--topic", spec.topic, "--table", spec.table, "--trigger", trigger,
+            "--suite", spec.suite]
     if spec.max_offsets_per_trigger:
         args += ["--max-offsets-per-trigger", str(spec.max_offsets_per_trigger)]
     o.spark_submit("stream.py", args, o.endpoints())
@@ -42,7 +43,7 @@ def run_stream(job: str) -> None:
 
 @task
 def check_health(job: str) -> None:
-    from streamfill import orchestration as o
+    from orchestration import tasks as o
 
     spec = JOBS[job]
     h = o.health(o.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
@@ -54,13 +55,14 @@ def check_health(job: str) -> None:
 
 @task
 def backfill_window(job: str) -> str:
-    from streamfill import orchestration as o
+    from orchestration import tasks as o
 
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
     name = o.window_job(spec.name, start)
     o.spark_submit("backfill.py", ["--job", name, "--topic", spec.topic, "--from", o.iso(start), "--to", o.iso(end),
-                                   "--table", spec.interval_table, "--mode", "replace"], o.endpoints())
+                                   "--table", spec.interval_table, "--mode", "replace", "--suite", spec.suite],
+                   o.endpoints())
     return name
 
 
@@ -70,37 +72,37 @@ def validate_replay() -> dict:
     partitions, times in the future, ranges below the log start)."""
     from connectors.kafka.broker import Broker
     from offsets_db.store import OffsetStore
+    from orchestration import tasks as o
     from spark_jobs import backfill
-    from streamfill import orchestration as o
 
     p = get_current_context()["params"]
     spec = JOBS[p["job"]]
     table = p["table"] or f"{spec.table}_replay"
     ends = o.endpoints()
     args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"], p["to"],
-                                 table, p["mode"], p["chunk_size"])
+                                 table, p["mode"], p["chunk_size"], spec.suite)
     backfill.check_job(args, OffsetStore(ends.db_url))
     window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
     return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
-            "mode": args.mode, "chunk_size": args.chunk_size}
+            "mode": args.mode, "chunk_size": args.chunk_size, "suite": spec.suite}
 
 
 @task
 def run_replay(plan: dict) -> str:
-    from streamfill import orchestration as o
+    from orchestration import tasks as o
 
     o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
                                    plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
-                                   str(plan["chunk_size"])], o.endpoints())
+                                   str(plan["chunk_size"]), "--suite", plan["suite"]], o.endpoints())
     return plan["job"]
 
 
 @task
 def quality(checked_job: str, table: str, suite: str, whole_table: bool = False,
             fresh_minutes: int | None = None) -> None:
-    from streamfill import orchestration as o
-    from streamfill import quality as q
+    from orchestration import tasks as o
+    from spark_jobs import quality as q
 
     outcome = q.validate(o.endpoints().db_url, table, checked_job, suite=suite, whole_table=whole_table,
                          freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
@@ -148,4 +150,4 @@ with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, tags=TAGS, do
          }):
     plan = validate_replay()
     replayed = run_replay(plan)
-    quality(replayed, plan["table"], "orders")
+    quality(replayed, plan["table"], plan["suite"])

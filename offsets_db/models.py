@@ -13,7 +13,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
-
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
 

@@ -1,4 +1,5 @@
-"""Read-side of offsets_db for people: the three views filtered by job, topic and time, bound parameters only."""
+"""Read-side of offsets_db for people and tasks: the views filtered by job, topic and time, a stream's health
+inputs and the demo's summary. Bound parameters only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from sqlalchemy import Engine, bindparam, select, text
 
 from offsets_db.models import Job
-from offsets_db.names import validate_job_name
+from streamfill.errors import UnknownJob
+from streamfill.names import validate_job_name
 
 # view -> (columns shown, time column for --since, order)
 VIEWS: dict[str, tuple[list[str], str | None, str]] = {
@@ -20,10 +22,6 @@ VIEWS: dict[str, tuple[list[str], str | None, str]] = {
             "topic, partition"),
 }
 _VIEW_NAMES = {"history": "offset_history", "latest": "latest_offsets", "lag": "consumer_lag"}
-
-
-class UnknownJob(LookupError):
-    pass
 
 
 def rows(engine: Engine, view: str, job: str, topic: str | None = None, since: datetime | None = None,
@@ -44,3 +42,35 @@ def rows(engine: Engine, view: str, job: str, topic: str | None = None, since: d
                     f"ORDER BY {order} LIMIT :limit").bindparams(bindparam("limit"))
         params = {"job": job, "topic": topic, "since": since, "limit": limit}
         return [dict(r._mapping) for r in conn.execute(stmt, {k: v for k, v in params.items() if v is not None})]
+
+
+def last_commit_and_worst_lag(engine: Engine, job: str) -> tuple[datetime | None, int | None]:
+    """A stream's health inputs: when it last committed a batch, and its worst partition's lag (consumer_lag)."""
+    validate_job_name(job)
+    with engine.connect() as conn:
+        last = conn.scalar(text("SELECT max(b.committed_at) FROM batches b JOIN jobs j ON j.id = b.job_id "
+                                "WHERE j.name = :job"), {"job": job})
+        lag = conn.scalar(text("SELECT max(lag) FROM consumer_lag WHERE job = :job"), {"job": job})
+    return last, lag
+
+
+def dead_letter_count(engine: Engine, job: str) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(text("SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
+                                "WHERE j.name = :job"), {"job": validate_job_name(job)})
+
+
+def offsets_with_lag(engine: Engine, job: str) -> list[tuple[int, int, int | None]]:
+    """(partition, next offset, lag) per partition of the job, from latest_offsets and consumer_lag."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT l.partition, l.next_offset, c.lag FROM latest_offsets l LEFT JOIN consumer_lag c "
+            "USING (job, topic, partition) WHERE l.job = :job ORDER BY l.partition"), {"job": validate_job_name(job)})]
+
+
+def newest_quality_results(engine: Engine, limit: int = 5) -> list[tuple]:
+    """(checked_at, job, table, success, statistics) of the newest validations."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT q.checked_at, j.name, q.table_name, q.success, q.statistics FROM quality_results q "
+            "LEFT JOIN jobs j ON j.id = q.job_id ORDER BY q.id DESC LIMIT :limit"), {"limit": limit})]

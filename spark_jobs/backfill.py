@@ -12,23 +12,31 @@ pass that rewrites the same rows.
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from connectors.kafka.broker import Broker
-from connectors.kafka.partitions import TopicPartition
 from offsets_db.store import OffsetStore
-from spark_jobs.backfill_plan import (
-    BackfillError, Window, next_chunk, parse_spec, progress, remaining, resolve_window,
+from spark_jobs import pipelines
+from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from spark_jobs.runs import (
+    console, err, fail, first_lines, job_session, recorded_run, sink_options, submit_main, unreachable,
 )
-from spark_jobs.runs import recorded_run, sink_options
+from streamfill.errors import OptionError, StreamfillError
+from streamfill.names import default_table, parse_table, validate_job_name
+from streamfill.partitions import TopicPartition, to_json_shape
+from streamfill.settings import get_settings
 
 DEFAULT_CHUNK = 500_000
+MODES = ("append-new", "replace")
 
 
 @dataclass(frozen=True)
 class BackfillArgs:
+    """A backfill's arguments, checked when made (before anything is read or recorded)."""
+
     job: str
     topic: str
     frm: str
@@ -36,6 +44,26 @@ class BackfillArgs:
     table: str
     mode: str = "append-new"
     chunk_size: int = DEFAULT_CHUNK
+    suite: str = "orders"  # the pipeline that parses the topic (spark_jobs.pipelines)
+
+    DERIVED = ("table",)  # from the job when not given
+
+    def __post_init__(self) -> None:
+        validate_job_name(self.job, "--job")
+        parse_table(self.table, "--table")
+        if self.chunk_size < 1:
+            raise OptionError("--chunk-size", self.chunk_size, "must be at least 1", "give offsets per chunk, "
+                              f"e.g. {DEFAULT_CHUNK}")
+        if self.mode not in MODES:
+            raise OptionError("--mode", self.mode, "is not a mode",
+                              "use append-new (keep existing rows) or replace (upsert)")
+        pipelines.get(self.suite, "--suite")
+
+    @classmethod
+    def from_flags(cls, *, job: str, table: str | None = None, **flags) -> BackfillArgs:
+        """`table` defaults to the job name with - and . turned into _."""
+        validate_job_name(job, "--job")
+        return cls(job=job, table=table or default_table(job), **flags)
 
     def recorded(self) -> dict[str, str]:
         """What makes two launches the same backfill (the mode may change between passes)."""
@@ -64,18 +92,13 @@ class Summary:
 
 def check_job(args: BackfillArgs, store: OffsetStore) -> None:
     """A backfill under a stream's name would move the stream's snapshot: refused before anything runs."""
-    kind = store.job_kind(args.job)
-    if kind == "stream":
-        raise BackfillError(f"--job {args.job!r} is a stream job in offsets_db; a backfill needs a name of its own, "
-                            f"e.g. {args.job}-backfill")
+    if store.job_kind(args.job) == "stream":
+        raise OptionError("--job", args.job, "is a stream job in offsets_db",
+                          f"a backfill needs a name of its own, e.g. {args.job}-backfill")
 
 
 def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Window:
     """--from/--to to concrete ranges, every check made against the broker before Spark starts."""
-    if args.chunk_size < 1:
-        raise BackfillError(f"--chunk-size {args.chunk_size} must be at least 1 (offsets per chunk)")
-    if args.mode not in ("append-new", "replace"):
-        raise BackfillError(f"--mode {args.mode!r} is not a mode; use append-new (keep existing rows) or replace")
     frm = parse_spec(args.frm, "--from", args.topic)
     to = parse_spec(args.to, "--to", args.topic)
     topics = broker.topics()
@@ -89,7 +112,7 @@ def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Wi
 def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
     """Decide what this launch does and record the plan; nothing is read yet."""
     prior = store.job_config(args.job).get("backfill")
-    snap = {TopicPartition(t, p): o for (t, p), o in store.snapshot(args.job).items()}
+    snap = store.snapshot(args.job)
     if prior:
         old = Window.from_json(prior["window"])
         old_done = progress(old, snap)
@@ -99,7 +122,7 @@ def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
             store.ensure_job(args.job, "backfill", {"backfill": {**prior, "mode": args.mode}})
             return Prepared(old, old_done, "resuming")  # the recorded plan, not a new resolution
         if unfinished:
-            raise BackfillError(
+            raise StreamfillError(
                 f"job {args.job!r} has an unfinished backfill of topic {prior['topic']!r} from {prior['from']!r} "
                 f"to {prior['to']!r} into {prior['table']!r} ({remaining(old, old_done):,} offsets left). Re-run it "
                 "with those arguments to finish it, or give this backfill a new --job name")
@@ -135,9 +158,10 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         done = prep.done
         while chunk := next_chunk(window, done, args.chunk_size):
             _write_chunk(spark, args, chunk, bootstrap, url)
-            done = progress(window, {TopicPartition(t, p): o for (t, p), o in store.snapshot(args.job).items()})
+            done = progress(window, store.snapshot(args.job))
             if any(done[tp] < e for tp, (_, e) in chunk.items()):
-                raise RuntimeError(f"chunk {_shape(chunk, 1)} of job {args.job!r} was written but offsets_db does "
+                ends = to_json_shape({tp: e for tp, (_, e) in chunk.items()})
+                raise StreamfillError(f"chunk ending at {ends} of job {args.job!r} was written but offsets_db does "
                                    "not show it committed; re-run the backfill to continue")
             if on_progress:
                 on_progress(total - remaining(window, done), total)
@@ -147,38 +171,85 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
     return summary
 
 
-def _shape(chunk: dict[TopicPartition, tuple[int, int]], side: int) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for tp, bounds in chunk.items():
-        out.setdefault(tp.topic, {})[str(tp.partition)] = bounds[side]
-    return out
-
-
 def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
                  url: str) -> None:
-    from spark_jobs.transforms import parse_events
-
     parts = {args.topic: sorted(tp.partition for tp in chunk)}
     kafka = (spark.read.format("streamfill_kafka")
              .option("kafka.bootstrap.servers", bootstrap)
              .option("assign", json.dumps(parts))
-             .option("startingOffsets", json.dumps(_shape(chunk, 0)))
-             .option("endingOffsets", json.dumps(_shape(chunk, 1)))
+             .option("startingOffsets", json.dumps(to_json_shape({tp: s for tp, (s, _) in chunk.items()})))
+             .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
              .option("minPartitions", str(spark.sparkContext.defaultParallelism))
              .option("job", args.job).option("offsetsDbUrl", url)
              .load())
-    (parse_events(kafka).write.format("streamfill_postgres")
+    (pipelines.get(args.suite).parse(kafka).write.format("streamfill_postgres")
      .options(**sink_options(args.job, args.table, args.mode, url)).mode("append").save())
 
 
-def main() -> None:
-    """spark-submit entry point: the same command line as `streamfill backfill`."""
-    import sys
+def launch(args: BackfillArgs, master: str | None = None) -> Summary:
+    """The whole launch, as `streamfill backfill` and spark-submit run it: every check against the broker and
+    offsets_db before Spark starts, a progress bar, a summary. A failure is one message and exit code 1."""
+    from pyspark.errors import PySparkException
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from sqlalchemy.exc import OperationalError
 
-    from streamfill.cli import app
+    settings = get_settings()
+    try:
+        check_job(args, OffsetStore(settings.offsets_db_url))
+        resolve(args, Broker({"bootstrap.servers": settings.bootstrap_servers}))
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    except OperationalError as exc:
+        raise unreachable(settings.offsets_db_url, exc) from None
+    spark = job_session(f"streamfill-backfill-{args.job}", master, settings)
+    columns = (TextColumn("backfill {task.fields[job]}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("offsets, {task.fields[rate]} offsets/s"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task("backfill", total=None, job=args.job, rate="-")
+            first: tuple[float, int] | None = None  # when and where this launch started
 
-    app(["backfill", *sys.argv[1:]])
+            def advance(done: int, total: int) -> None:
+                nonlocal first
+                first = first or (time.monotonic(), done)
+                elapsed = time.monotonic() - first[0]
+                rate = f"{(done - first[1]) / elapsed:,.0f}" if elapsed > 0 and done > first[1] else "-"
+                bar.update(task, completed=done, total=total, rate=rate)
+
+            summary = run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, advance)
+    except (StreamfillError, ValueError) as exc:
+        raise fail(exc) from None
+    except PySparkException as exc:
+        raise fail(StreamfillError(f"{first_lines(exc)}\nCommitted chunks stay committed; re-run the same command "
+                                   "to continue")) from None
+    finally:
+        spark.stop()
+    _print_summary(summary, args.table)
+    return summary
+
+
+def _print_summary(summary: Summary, table_name: str) -> None:
+    from rich.table import Table
+
+    if summary.state == "complete":
+        console.print(f"backfill {summary.job} already complete: its plan was fully committed before and "
+                      "append-new would change nothing (use --mode replace to rewrite)")
+    console.print(f"backfill {summary.job} ({summary.state}) into {table_name}:", highlight=False)
+    table = Table()
+    for col in ("partition", "from", "to", "offsets"):
+        table.add_column(col, justify="right")
+    for key, (start, end) in summary.ranges.items():
+        table.add_row(key, str(start), str(end), f"{end - start:,}")
+    console.print(table)
+    rate = summary.offsets / summary.seconds if summary.seconds else 0
+    console.print(f"{summary.offsets:,} offsets in {summary.chunks} chunks: {summary.rows:,} rows, "
+                  f"{summary.dead_letters:,} dead letters, {summary.seconds:.1f} s ({rate:,.0f} offsets/s)")
+
+
+def main(argv: Sequence[str]) -> int:
+    """spark-submit entry point: the same flags as `streamfill backfill`."""
+    return submit_main(BackfillArgs, launch, argv, "spark_jobs/backfill.py")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -1,13 +1,73 @@
-"""What the stream and the backfill share around Spark: the run row in offsets_db and the sink's options."""
+"""What the stream and the backfill share around Spark: their command lines, the session, the `runs` row in
+offsets_db, the sink's options, and how a failure is reported (one line naming the cause, exit code 1)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
+
+from rich.console import Console
+from sqlalchemy import make_url
 
 from offsets_db.store import OffsetStore
+from streamfill.settings import Settings, get_settings
+
+console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
+err = Console(stderr=True, soft_wrap=True)
+
+A = TypeVar("A")
+
+
+def flag(name: str) -> str:
+    """A field's command-line flag: `max_offsets_per_trigger` is `--max-offsets-per-trigger`, `frm` is `--from`."""
+    return "--from" if name == "frm" else "--" + name.replace("_", "-")
+
+
+def parse_argv(cls: type[A], argv: Sequence[str], prog: str, extra: Sequence[str] = ("master",)) -> tuple[A, dict]:
+    """A job's arguments from a spark-submit command line, one flag per dataclass field (the same flags as the
+    `streamfill` command). Returns the arguments and the values of `extra` flags (e.g. --master)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        parser.add_argument(flag(name), dest=name, required=required and name not in getattr(cls, "DERIVED", ()))
+    for name in extra:
+        parser.add_argument(flag(name), dest=name)
+    ns = vars(parser.parse_args(list(argv)))
+    given = {k: _typed(fields[k], v) for k, v in ns.items() if k in fields and v is not None}
+    return cls.from_flags(**given), {k: ns[k] for k in extra}
+
+
+def submit_main(cls: type[A], launch: Callable[[A, str | None], object], argv: Sequence[str], prog: str) -> int:
+    """A job's spark-submit entry: its flags into its argument model (refused with the flag, the value and the
+    fix), then its launch on the --master given (or the settings')."""
+    from streamfill.errors import StreamfillError
+
+    try:
+        args, extra = parse_argv(cls, argv, prog)
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    launch(args, extra["master"])
+    return 0
+
+
+def _typed(f: dataclasses.Field, value: str):
+    kind = str(f.type)
+    return int(value) if "int" in kind and value.lstrip("-").isdigit() else value
+
+
+def job_session(app_name: str, master: str | None = None, settings: Settings | None = None):
+    from spark_jobs.session import spark_session
+
+    settings = settings or get_settings()
+    if master:
+        settings = settings.model_copy(update={"spark_master": master})
+    return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
 
 
 def sink_options(job: str, table: str, mode: str, url: str) -> dict[str, str]:
@@ -37,3 +97,29 @@ def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None) 
         raise
     finally:
         store.end_run(run.id, run.status)
+
+
+def fail(exc: BaseException) -> SystemExit:
+    """Print the error as one readable message and return the exit to raise (code 1)."""
+    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    return SystemExit(1)
+
+
+def say(message: str) -> None:
+    console.print(message, highlight=False)
+
+
+def first_lines(exc: BaseException, n: int = 6) -> str:
+    """Spark's errors carry a JVM stack; the cause people need is in the first lines."""
+    lines = [line for line in str(exc).splitlines() if line.strip() and not line.lstrip().startswith("at ")]
+    return "\n".join(lines[:n])
+
+
+def safe_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def unreachable(url: str, exc: BaseException) -> SystemExit:
+    reason = " ".join(str(getattr(exc, "orig", exc)).split())
+    return fail(RuntimeError(f"cannot reach offsets_db at {safe_url(url)}: {reason}. Start it with `streamfill stack "
+                             "up` or set STREAMFILL_DB_URL"))

@@ -9,23 +9,26 @@ query between batches. The job resumes where offsets_db says it stands, with or 
 
 from __future__ import annotations
 
-import re
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from offsets_db.store import OffsetStore
-from spark_jobs.runs import recorded_run, sink_options
-
-
-class StreamArgsError(ValueError):
-    pass
+from spark_jobs import pipelines
+from spark_jobs.runs import console, fail, job_session, recorded_run, sink_options, submit_main, unreachable
+from streamfill import durations
+from streamfill.errors import OptionError, StreamfillError
+from streamfill.names import parse_table, validate_job_name
+from streamfill.settings import get_settings
 
 
 @dataclass(frozen=True)
 class StreamArgs:
+    """A stream's arguments, checked when made (before anything is read or recorded)."""
+
     job: str
     topic: str
     table: str
@@ -33,6 +36,25 @@ class StreamArgs:
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
     starting: str = "earliest"
+    suite: str = "orders"  # the pipeline that parses the topic (spark_jobs.pipelines)
+
+    DERIVED = ("checkpoint",)  # from the job when not given
+
+    def __post_init__(self) -> None:
+        validate_job_name(self.job, "--job")
+        parse_table(self.table, "--table")
+        parse_trigger(self.trigger)
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise OptionError("--max-offsets-per-trigger", self.max_offsets_per_trigger, "must be at least 1",
+                              "give the most offsets one micro-batch may read, e.g. 100000")
+        pipelines.get(self.suite, "--suite")
+
+    @classmethod
+    def from_flags(cls, *, job: str, checkpoint: str | Path | None = None, **flags) -> StreamArgs:
+        """`checkpoint` defaults to STREAMFILL_HOME/checkpoints/JOB."""
+        validate_job_name(job, "--job")
+        return cls(job=job, checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
+                   **flags)
 
 
 @dataclass
@@ -50,17 +72,16 @@ def parse_trigger(raw: str) -> dict:
     text = raw.strip().lower()
     if text in ("available-now", "availablenow"):
         return {"availableNow": True}
-    m = re.fullmatch(r"(\d+)\s*(ms|s|m)", text)
-    if not m or int(m.group(1)) == 0:
-        raise StreamArgsError(f"--trigger {raw!r} is not a trigger; use available-now (read what is there, then "
-                              "stop) or an interval such as 5s, 500ms or 1m")
-    unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}[m.group(2)]
-    return {"processingTime": f"{m.group(1)} {unit}"}
+    found = durations.split(text)
+    if not found or found[1] not in ("ms", "s", "m") or found[0] == 0:
+        raise OptionError("--trigger", raw, "is not a trigger", "use available-now (read what is there, then stop) "
+                          "or an interval such as 5s, 500ms or 1m")
+    unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}[found[1]]
+    return {"processingTime": f"{found[0]} {unit}"}
 
 
 def start(spark, args: StreamArgs, bootstrap: str, url: str):
     from connectors.spark import register
-    from spark_jobs.transforms import parse_events
 
     register(spark)
     reader = (spark.readStream.format("streamfill_kafka")
@@ -68,7 +89,7 @@ def start(spark, args: StreamArgs, bootstrap: str, url: str):
               .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    return (parse_events(reader.load()).writeStream.format("streamfill_postgres")
+    return (pipelines.get(args.suite).parse(reader.load()).writeStream.format("streamfill_postgres")
             .options(**sink_options(args.job, args.table, "append-new", url))
             .option("checkpointLocation", str(args.checkpoint))
             .queryName(f"streamfill-{args.job}")
@@ -78,7 +99,6 @@ def start(spark, args: StreamArgs, bootstrap: str, url: str):
 def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event,
         on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
     """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches."""
-    parse_trigger(args.trigger)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
     first_batch = store.last_batch_id(args.job)
@@ -106,7 +126,7 @@ def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event
             on_batch(last)
         failure = query.exception()
         if failure is not None:
-            raise RuntimeError(f"stream {args.job!r} failed: {failure.desc}") from None
+            raise StreamfillError(f"stream {args.job!r} failed: {failure.desc}") from None
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.seconds = time.monotonic() - started
     return summary
@@ -120,14 +140,41 @@ def _stop_between_batches(query, timeout_s: float = 600) -> None:
     query.stop()
 
 
-def main() -> None:
-    """spark-submit entry point: the same command line as `streamfill stream`."""
-    import sys
+def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
+    """The whole launch, as `streamfill stream` and spark-submit run it: a session, SIGTERM to stop between
+    batches, a line per micro-batch and a summary. A failure is one message and exit code 1."""
+    import signal
 
-    from streamfill.cli import app
+    from sqlalchemy.exc import OperationalError
 
-    app(["stream", *sys.argv[1:]])
+    settings = get_settings()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = job_session(f"streamfill-stream-{args.job}", master, settings)
+
+    def show(p: dict) -> None:
+        sink = p.get("sink", {}).get("numOutputRows", -1)
+        console.print(f"batch {p['batchId']}: {p['numInputRows']:,} records read"
+                      + (f", {sink:,} rows out" if sink >= 0 else "")
+                      + f", {p.get('processedRowsPerSecond', 0):,.0f} records/s", highlight=False)
+
+    try:
+        summary = run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, stop, show)
+    except (StreamfillError, ValueError) as exc:
+        raise fail(exc) from None
+    except OperationalError as exc:
+        raise unreachable(settings.offsets_db_url, exc) from None
+    finally:
+        spark.stop()
+    console.print(f"stream {args.job} {summary.status} after {summary.seconds:.1f} s: {summary.batches} batches "
+                  f"committed, {summary.rows:,} rows into {args.table}, {summary.dead_letters:,} dead letters")
+    return summary
+
+
+def main(argv: Sequence[str]) -> int:
+    """spark-submit entry point: the same flags as `streamfill stream`."""
+    return submit_main(StreamArgs, launch, argv, "spark_jobs/stream.py")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamfill import REPO_ROOT
+
+AIRFLOW_USER = "admin"
 
 
 class Settings(BaseSettings):
@@ -50,6 +53,20 @@ class Settings(BaseSettings):
     def logs(self) -> Path:
         return self.home / "logs"
 
+    @property
+    def airflow_password_file(self) -> Path:
+        """Where the local stack's Airflow keeps its generated admin password (mode 0600)."""
+        return self.home / "airflow" / "simple_auth_manager_passwords.json.generated"
+
+    def airflow_login(self) -> tuple[str, str]:
+        """The local stack's Airflow user and password (simple auth manager)."""
+        return AIRFLOW_USER, json.loads(self.airflow_password_file.read_text())[AIRFLOW_USER]
+
 
 def get_settings() -> Settings:
     return Settings()
+
+
+def default_db_url() -> str:
+    """offsets_db's URL when an option or flag gives none: STREAMFILL_DB_URL, else the local stack's database."""
+    return Settings().offsets_db_url

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from streamfill import stack
+from app import stack
 from streamfill.settings import Settings
 
 # shared machines: no per-example deadline, a fixed budget of examples

@@ -1,20 +1,19 @@
-"""The only code that asks the broker about topics and offsets (Spark's KafkaOffsetReaderAdmin), and the one
-place that writes a consumer group's committed offsets (`commitToGroup`)."""
+"""The only code that asks the broker about topics and offsets (Spark's KafkaOffsetReaderAdmin), the one place
+that writes a consumer group's committed offsets (`commitToGroup`), and the one that creates topics."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
-from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from connectors.kafka.errors import BrokerError
 from connectors.kafka.offsets import Watermarks
-from connectors.kafka.partitions import TopicPartition
 from connectors.kafka.subscription import TopicMetadata
+from streamfill.errors import BrokerError, OptionError
+from streamfill.partitions import TopicPartition
 
 # librdkafka properties that make sense for a consumer but not for an AdminClient
 _CONSUMER_ONLY = {"isolation.level", "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms",
@@ -89,3 +88,21 @@ class Broker:
                 fut.result(timeout=self.timeout_s)
         except Exception as exc:  # noqa: BLE001
             raise self._fail(f"committing offsets to consumer group {group!r}", exc, started) from None
+
+    def ensure_topic(self, topic: str, partitions: int | None = None) -> int:
+        """The topic's partition count, creating it when missing (one partition unless `partitions` says)."""
+        have = self.topics().get(topic)
+        if have is not None:
+            if partitions is not None and partitions != have:
+                raise OptionError("--partitions", partitions, f"does not match topic {topic!r}, which exists with "
+                                  f"{have} partitions", "leave --partitions out or use another topic")
+            return have
+        want = partitions or 1
+        started = time.monotonic()
+        fut = self._admin.create_topics([NewTopic(topic, num_partitions=want, replication_factor=1)])[topic]
+        try:
+            fut.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise self._fail(f"creating topic {topic!r}", exc, started) from None
+        return want

@@ -4,12 +4,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from connectors.kafka.errors import FAIL_ON_DATA_LOSS_HINT, DataLoss, DataLossError
 from connectors.kafka.offsets import Watermarks
-from connectors.kafka.partitions import Positions, TopicPartition
+from streamfill.errors import DataLossError
+from streamfill.partitions import Positions, TopicPartition
 
 log = logging.getLogger("streamfill.data_loss")
+
+FAIL_ON_DATA_LOSS_HINT = (
+    "Set failOnDataLoss=false to record the loss and continue from the first available offset, "
+    "or restart from offsets that still exist (startingOffsets=earliest).")
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """One data-loss event: records [lost_from, lost_to) of topic-partition are not readable."""
+
+    topic: str
+    partition: int
+    kind: str
+    lost_from: int
+    lost_to: int
+
+    def describe(self) -> str:
+        what = {
+            "partition_deleted": "the partition was deleted",
+            "new_partition_not_from_zero": "a new partition's log does not start at offset 0",
+            "start_below_log_start": "the requested start is below the broker's log-start offset",
+            "aged_out_in_range": "records inside the planned range were deleted (retention or delete_records)",
+        }[self.kind]
+        return (f"data loss on {self.topic}-{self.partition}: {what}; offsets [{self.lost_from}, {self.lost_to}) "
+                f"are lost")
 
 
 def deleted_partitions(start: Positions, current: Iterable[TopicPartition]) -> list[DataLoss]:

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 from connectors.kafka import data_loss, planner
 from connectors.kafka.broker import Broker
-from connectors.kafka.errors import DataLoss, OptionError
+from connectors.kafka.data_loss import DataLoss
 from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, TimestampByPartition, Watermarks, resolve
 from connectors.kafka.options import SourceOptions
-from connectors.kafka.partitions import Positions, TopicPartition
 from connectors.kafka.planner import OffsetRange
 from connectors.kafka.subscription import SubscribePattern
+from streamfill.errors import OptionError
+from streamfill.partitions import Positions, TopicPartition
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,18 @@
-"""Offset specs (earliest, latest, per-partition JSON, timestamps) and their resolution to positions.
+"""Offset specs (earliest, latest, per-partition JSON, timestamps): the one parser, used by the source's
+options and the backfill's --from/--to alike, and their resolution to positions.
 
 Resolution is pure: it takes the broker's watermarks and an offsets-for-times lookup as arguments.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
-from connectors.kafka.errors import OptionError
-from connectors.kafka.partitions import Positions, TopicPartition
+from streamfill.errors import OptionError
+from streamfill.partitions import Positions, TopicPartition
 
 EARLIEST, LATEST = -2, -1
 
@@ -44,6 +47,70 @@ class TimestampByPartition:
 
 
 OffsetSpec = Earliest | Latest | SpecificOffsets | GlobalTimestamp | TimestampByPartition
+
+SPEC_HELP = ("earliest, latest, per-partition offsets as JSON ('{\"0\": 100, \"1\": 250}') or an ISO-8601 time "
+             "('2026-11-22T10:00:00Z')")
+
+
+def parse_spec(raw: str, option: str, *, side: str, bounded: bool, topic: str | None = None,
+               times: bool = False) -> OffsetSpec:
+    """`earliest`, `latest` or per-partition JSON in Spark's shape (`{"t": {"0": 42}}`, -2 earliest, -1 latest).
+
+    With `topic`, the short form `{"0": 42}` of that topic too; with `times`, an ISO-8601 instant (UTC when it
+    has no offset). `side` is "starting" or "ending"; a bounded read cannot start at latest, and no read ends at
+    earliest-by-number (-2).
+    """
+    text = raw.strip()
+    if text.lower() == "earliest":
+        if side == "ending" and not times:
+            raise OptionError(option, raw, "earliest is not a valid end", "Use latest or per-partition offsets")
+        return Earliest()
+    if text.lower() == "latest":
+        if side == "starting" and bounded and not times:
+            raise OptionError(option, raw, "a bounded read cannot start at latest (it would read nothing)",
+                              "Use earliest, per-partition offsets or a timestamp")
+        return Latest()
+    if times and not text.startswith("{"):
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+        except ValueError:
+            raise OptionError(option, raw, "is not a spec", f"use {SPEC_HELP}") from None
+        return GlobalTimestamp(int((when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp() * 1000))
+    pairs = per_partition(text, option, topic=topic)
+    ending = side == "ending" and not times
+    allowed = "-1 (latest) or an offset >= 0" if ending else "-2 (earliest), -1 (latest) or >= 0"
+    for tp, off in pairs:
+        if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST or (ending and off == EARLIEST):
+            raise OptionError(option, raw, f"offset {off!r} of {tp} is not valid",
+                              f"The JSON must map partition numbers to offsets: {allowed}")
+    if bounded and side == "starting" and not times and any(off == LATEST for _, off in pairs):
+        raise OptionError(option, raw, "a bounded read cannot start at -1 (latest)", "Use -2 or an offset")
+    return SpecificOffsets(tuple(pairs))
+
+
+def per_partition(raw: str, option: str, *, topic: str | None = None) -> list[tuple[TopicPartition, object]]:
+    """`{"topic": {"partition": value}}`; with `topic`, `{"partition": value}` of that topic as well."""
+    example = '{"0": 42, "1": -2}' if topic else '{"orders": {"0": 42, "1": -2}}'
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(option, raw, f"is not valid JSON ({exc.msg} at column {exc.colno})",
+                          f"Fix the JSON, e.g. {example}") from None
+    if topic is not None and isinstance(parsed, dict) and not (set(parsed) == {topic}
+                                                               and isinstance(parsed[topic], dict)):
+        parsed = {topic: parsed}  # the short form of one topic
+    if not isinstance(parsed, dict) or not parsed or not all(isinstance(v, dict) for v in parsed.values()):
+        raise OptionError(option, raw, "must map each topic to {partition: value}",
+                          f"The JSON must map partition numbers to offsets, e.g. {example}")
+    out = []
+    for name, parts in parsed.items():
+        for p, v in parts.items():
+            if not str(p).isdigit():
+                raise OptionError(option, raw, f"partition {p!r} of {name} is not a number",
+                                  f"The JSON must map partition numbers to offsets, e.g. {example}")
+            out.append((TopicPartition(name, int(p)), v))
+    return out
+
 
 Watermarks = Mapping[TopicPartition, tuple[int, int]]
 """(log-start, log-end) per partition; log-end is the last stable offset under read_committed."""

@@ -11,13 +11,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from connectors.kafka.errors import OptionError
 from connectors.kafka.offsets import (
-    EARLIEST, LATEST, Earliest, GlobalTimestamp, Latest, OffsetSpec, SpecificOffsets, TimestampByPartition,
+    Earliest, GlobalTimestamp, Latest, OffsetSpec, TimestampByPartition, parse_spec, per_partition,
 )
-from connectors.kafka.partitions import TopicPartition
 from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
-from offsets_db.names import validate_job_name
+from streamfill import durations
+from streamfill.errors import OptionError
+from streamfill.names import validate_job_name
+from streamfill.partitions import TopicPartition
+from streamfill.settings import default_db_url
 
 # Spark manages these itself; so do we.
 FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
@@ -41,7 +43,7 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     job: str | None = None  # records every planned range in offsets_db under this job name
     commit_to_group: str | None = None  # Kafka consumer group that mirrors the job's committed offsets
-    offsets_db_url: str | None = None  # where the job's offsets live; None: STREAMFILL_DB_URL
+    offsets_db_url: str = ""  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -89,17 +91,12 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
         job=_job(opts),
         commit_to_group=_commit_to_group(opts),
-        offsets_db_url=opts.get("offsetsdburl"),
+        offsets_db_url=opts.get("offsetsdburl") or (default_db_url() if "job" in opts else ""),
     )
 
 
 def _job(opts: dict[str, str]) -> str | None:
-    if "job" not in opts:
-        return None
-    try:
-        return validate_job_name(opts["job"])
-    except ValueError as exc:
-        raise OptionError("job", opts["job"], "is not a valid job name", str(exc).split(": ", 1)[1]) from None
+    return validate_job_name(opts["job"]) if "job" in opts else None
 
 
 def _commit_to_group(opts: dict[str, str]) -> str | None:
@@ -151,42 +148,10 @@ def _spec(opts: dict[str, str], side: str, *, default: OffsetSpec, bounded: bool
     if by_ts_key in opts:
         name = f"{side}OffsetsByTimestamp"
         return TimestampByPartition(tuple(
-            (tp, _nonneg_int(v, name, "epoch milliseconds")) for tp, v in _per_partition(opts[by_ts_key], name)))
+            (tp, _nonneg_int(v, name, "epoch milliseconds")) for tp, v in per_partition(opts[by_ts_key], name)))
     if off_key not in opts:
         return default
-    name, raw = f"{side}Offsets", opts[off_key].strip()
-    if raw.lower() == "earliest":
-        if side == "ending":
-            raise OptionError(name, raw, "earliest is not a valid end", "Use latest or per-partition offsets")
-        return Earliest()
-    if raw.lower() == "latest":
-        if side == "starting" and bounded:
-            raise OptionError(name, raw, "a bounded read cannot start at latest (it would read nothing)",
-                              "Use earliest, per-partition offsets or a timestamp")
-        return Latest()
-    pairs = _per_partition(raw, name)
-    for tp, off in pairs:
-        if not isinstance(off, int) or off < EARLIEST or (side == "ending" and off == EARLIEST):
-            allowed = "-1 (latest) or an offset >= 0" if side == "ending" else "-2 (earliest), -1 (latest) or >= 0"
-            raise OptionError(name, raw, f"offset {off!r} for {tp} is not valid", f"Use {allowed}")
-    if bounded and side == "starting" and any(off == LATEST for _, off in pairs):
-        raise OptionError(name, raw, "a bounded read cannot start at -1 (latest)", "Use -2 or an offset")
-    return SpecificOffsets(tuple(pairs))
-
-
-def _per_partition(raw: str, name: str) -> list[tuple[TopicPartition, object]]:
-    parsed = _json(raw, name, 'e.g. {"orders": {"0": 42, "1": -2}}')
-    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
-        raise OptionError(name, raw, "must map each topic to {partition: value}",
-                          'Write it as {"orders": {"0": 42, "1": -2}}')
-    out = []
-    for topic, parts in parsed.items():
-        for p, v in parts.items():
-            if not str(p).isdigit():
-                raise OptionError(name, raw, f"partition {p!r} of {topic} is not a number",
-                                  'Use partition numbers as keys: {"orders": {"0": 42}}')
-            out.append((TopicPartition(topic, int(p)), v))
-    return out
+    return parse_spec(opts[off_key], f"{side}Offsets", side=side, bounded=bounded)
 
 
 def _json(raw: str, name: str, example: str) -> object:
@@ -229,11 +194,8 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     raise OptionError(name, raw, "is not a boolean", "Use true or false")
 
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def _duration_ms(raw: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", raw)
-    if not m:
+    ms = durations.parse_ms(raw)
+    if ms is None:
         raise OptionError("maxTriggerDelay", raw, "is not a duration", "Use e.g. 500ms, 30s, 15m or 1h")
-    return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
+    return ms

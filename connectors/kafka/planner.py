@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from connectors.kafka.errors import OptionError
 from connectors.kafka.offsets import Watermarks
-from connectors.kafka.partitions import Positions, TopicPartition
+from streamfill.errors import OptionError
+from streamfill.partitions import Positions, TopicPartition
 
 
 @dataclass(frozen=True, order=True)
@@ -49,13 +49,21 @@ def ranges_between(start: Positions, end: Positions, *, option: str = "endingOff
     return out
 
 
-def check_within_log(positions: Positions, watermarks: Watermarks, *, option: str) -> None:
-    """An offset past the log end can never be read: refuse it instead of waiting forever."""
+def check_within_log(positions: Positions, watermarks: Watermarks, *, option: str, value: object = None,
+                     below_start_is_error: bool = False) -> None:
+    """The one range check. An offset past the log end can never be read: refuse it instead of waiting forever.
+    One below the log start was deleted: a source leaves that to the data-loss rules (failOnDataLoss), a
+    backfill refuses it (`below_start_is_error`)."""
     for tp, off in sorted(positions.items()):
-        high = watermarks[tp][1]
+        low, high = watermarks[tp]
+        shown = off if value is None else value
         if off > high:
-            raise OptionError(option, off, f"offset {off} of {tp} is beyond the log end {high}",
-                              f"Use -1 (latest) or an offset at most {high}")
+            raise OptionError(option, shown, f"ends beyond the log: offset {off} of {tp} is beyond the log end {high}",
+                              f"use -1 (latest) or an offset at most {high}")
+        if below_start_is_error and off < low:
+            raise OptionError(option, shown, f"starts below the log: offset {off} of {tp} is below the log start {low}",
+                              f"offsets {off}..{low - 1} were deleted by retention or delete_records and cannot be "
+                              f"read. Start at {low} or later (or use earliest)")
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None = None,

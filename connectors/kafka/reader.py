@@ -15,9 +15,9 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from connectors.kafka.data_loss import enforce
-from connectors.kafka.errors import BrokerError, DataLoss
+from connectors.kafka.data_loss import DataLoss, enforce
 from connectors.kafka.planner import OffsetRange
+from streamfill.errors import BrokerError
 
 log = logging.getLogger("streamfill.reader")
 

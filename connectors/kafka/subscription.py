@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from connectors.kafka.errors import OptionError
-from connectors.kafka.partitions import TopicPartition
+from streamfill.errors import OptionError
+from streamfill.partitions import TopicPartition
 
 TopicMetadata = dict[str, int]
 """Topic name -> number of partitions, as the broker reports it."""

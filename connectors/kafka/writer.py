@@ -1,4 +1,5 @@
-"""Arrow batches -> Kafka records, with Spark's Kafka sink semantics. Runs on executors; no Spark import.
+"""Records -> Kafka: Arrow batches with Spark's Kafka sink semantics (runs on executors; no Spark import), and
+plain (key, value) records for producers outside Spark (`send_records`).
 
 Columns as in Spark: `value` (required), `key`, `topic` (unless the `topic` option is set, which wins),
 `partition` and `headers`. Sends are asynchronous; the first delivery error fails the task after a flush,
@@ -9,14 +10,15 @@ the same id) when it fails, so read_committed consumers never see a failed attem
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka.errors import BrokerError
 from streamfill import failpoints
+from streamfill.errors import BrokerError
 
 # Spark's producer default; librdkafka's own is 300 s
 PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compression.type": "lz4"}
@@ -106,10 +108,50 @@ def _send(producer: Producer, batch: pa.RecordBatch, topic: str | None, delivery
             kwargs["partition"] = p
         if h:
             kwargs["headers"] = [(x["key"], _bytes(x["value"])) for x in h]
-        while True:
-            try:
-                producer.produce(t, **kwargs)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                producer.poll(0.1)
+        _produce(producer, t, kwargs)
         producer.poll(0)
+
+
+def _produce(producer: Producer, topic: str, kwargs: dict) -> None:
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:  # local queue full: let deliveries drain
+            producer.poll(0.05)
+
+
+# throughput settings for bulk sends outside Spark; idempotence keeps retries from duplicating records
+BULK_DEFAULTS = {"linger.ms": "20", "batch.size": "1000000", "compression.type": "lz4", "enable.idempotence": "true",
+                 "log_level": "3"}
+
+
+def send_records(kafka: Mapping[str, str], topic: str, records: Iterable[tuple[bytes | None, bytes]], *,
+                 rate: float | None = None, on_progress: Callable[[int], None] | None = None,
+                 flush_timeout_s: float = 120) -> int:
+    """Send (key, value) records, at most `rate` per second, and wait until the broker acknowledged all.
+
+    `on_progress(n)` every 5,000 records and once at the end; the first delivery error stops the send and raises."""
+    producer = Producer({**BULK_DEFAULTS, **kafka})
+    delivery = _Delivery()
+    started = time.monotonic()
+    sent = 0
+    for sent, (key, value) in enumerate(records, start=1):
+        _produce(producer, topic, {"value": value, "key": key, "on_delivery": delivery})
+        if delivery.first_error:
+            break
+        if sent % 5000 == 0:
+            producer.poll(0)
+            if on_progress:
+                on_progress(5000)
+        if rate is not None:
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    left = producer.flush(flush_timeout_s)
+    if on_progress:
+        on_progress(sent % 5000)
+    if delivery.first_error or left:
+        raise BrokerError(f"sending to topic {topic!r} at {kafka.get('bootstrap.servers')} failed: "
+                          f"{delivery.first_error or f'{left} records not acknowledged after {flush_timeout_s:.0f} s'}")
+    return sent

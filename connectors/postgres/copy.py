@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-
 STAGING_OPTIONS = "-c TimeZone=UTC"  # libpq `options` of every connection that COPYs encode()'s output
 
 

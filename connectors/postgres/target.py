@@ -1,6 +1,7 @@
 """The sink's tables in Postgres: the target (created from the DataFrame's columns or checked when it
-exists), its staging table, and the one statement that moves staged rows in. Identifiers are always quoted
-with psycopg2.sql; values are always bound parameters."""
+exists), its staging table, and the statements that move staged rows in and drop them. Identifiers are
+always quoted with psycopg2.sql; values are always bound parameters. offsets_db's tables are never named
+here: the exactly-once protocol (`offsets_db.exactly_once`) moves dead letters and offsets."""
 
 from __future__ import annotations
 
@@ -12,15 +13,13 @@ import psycopg2.errors
 from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
+from streamfill.errors import OptionError, SinkError
+
 MODES = ("append-new", "replace")
 DEFAULT_KEY = ("topic", "partition", "offset")
 # with dead letters on, these columns are staged but never reach the target: a non-null _error makes the row
 # a dead letter (offsets_db.dead_letters) carrying _raw, the record's original value
 DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
-
-
-class SinkError(ValueError):
-    """A sink option or the target table does not fit; raised on the driver before any row moves."""
 
 
 @dataclass(frozen=True)
@@ -55,35 +54,24 @@ class Target:
         return self.names + ([n for n, _ in DEAD_LETTER_COLUMNS] if self.dead_letters else [])
 
 
-def parse_table(raw: str | None) -> tuple[str | None, str]:
-    """`table` or `schema.table`; quoting happens later, so any name Postgres allows is fine."""
-    if raw is None or not raw.strip():
-        raise SinkError("option table is required: name the target table, e.g. .option('table', 'orders')")
-    parts = raw.strip().split(".")
-    if len(parts) > 2 or any(not p or len(p) > 63 for p in parts):
-        raise SinkError(f"option table={raw!r} is not a table name: use 'table' or 'schema.table', "
-                        "each part 1 to 63 characters")
-    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
-
-
 def parse_key(raw: str | None, columns: Sequence[str]) -> tuple[str, ...]:
     key = tuple(c.strip() for c in raw.split(",") if c.strip()) if raw else DEFAULT_KEY
     missing = [c for c in key if c not in columns]
     if missing:
         if raw:
-            raise SinkError(f"option keyColumns={raw!r}: column(s) {', '.join(missing)} are not in the DataFrame "
-                            f"(columns: {', '.join(columns)}). Name columns that exist")
-        raise SinkError(f"the DataFrame has no {', '.join(missing)} column(s) for the default unique key "
-                        "(topic, partition, offset). Keep those columns or set keyColumns, e.g. "
-                        ".option('keyColumns', 'event_id')")
+            raise OptionError("keyColumns", raw, f"column(s) {', '.join(missing)} are not in the DataFrame "
+                              f"(columns: {', '.join(columns)})", "Name columns that exist")
+        raise OptionError("keyColumns", raw, f"the DataFrame has no {', '.join(missing)} column(s) for the default "
+                          "unique key (topic, partition, offset)",
+                          "Keep those columns or set keyColumns, e.g. .option('keyColumns', 'event_id')")
     return key
 
 
 def parse_mode(raw: str | None) -> str:
     mode = (raw or "append-new").strip().lower()
     if mode not in MODES:
-        raise SinkError(f"option mode={raw!r} is not a sink mode: use append-new (keep rows whose key exists) "
-                        "or replace (upsert)")
+        raise OptionError("mode", raw, "is not a sink mode",
+                          "Use append-new (keep rows whose key exists) or replace (upsert)")
     return mode
 
 
@@ -175,17 +163,6 @@ def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
     cur.execute(sql.SQL("INSERT INTO {t} ({cols}) ").format(t=target.ident, cols=cols) + source.format(
         distinct=pick[0], cols=cols, s=target.stage_ident, valid=valid, order=pick[1])
         + sql.SQL(" ON CONFLICT ({key}) {action}").format(key=key, action=action), params)
-    return cur.rowcount
-
-
-def move_dead_letters(cur, target: Target, write_ids: Sequence[str], job_id: int, batch_id: int) -> int:
-    """Staged rows with an _error into offsets_db.dead_letters, once per (job, topic, partition, offset)."""
-    cur.execute(sql.SQL(
-        'INSERT INTO dead_letters (job_id, batch_id, topic, partition, "offset", raw_value, error) '
-        'SELECT DISTINCT ON (topic, partition, "offset") %s, %s, topic, partition, "offset", _raw, _error '
-        "FROM {} WHERE _sf_write_id = ANY(%s) AND _error IS NOT NULL "
-        'ORDER BY topic, partition, "offset" ON CONFLICT (job_id, topic, partition, "offset") DO NOTHING').format(
-        target.stage_ident), (job_id, batch_id, list(write_ids)))
     return cur.rowcount
 
 

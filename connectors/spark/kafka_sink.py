@@ -20,12 +20,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    ArrayType, BinaryType, IntegerType, StringType, StructType,
-)
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from connectors.kafka.errors import OptionError
 from connectors.kafka.writer import write_batches
+from streamfill.errors import OptionError
 
 # set by the sink itself
 _FORBIDDEN = {"transactional.id", "key.serializer", "value.serializer"}

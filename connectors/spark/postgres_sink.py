@@ -1,42 +1,38 @@
 """`streamfill_postgres`: the exactly-once Postgres sink for df.write and writeStream (design §3).
 
 Tasks COPY their rows into the (target, job) staging table under a write id of their own and return it.
-The driver's commit runs ONE transaction: it takes the job's newest planned batch (recorded by the source),
-moves exactly the staged rows named by the commit messages into the target, and commits the batch's offsets
-and resume snapshot. A batch already committed (a replay) moves nothing. Rows of failed task attempts are
-never named, so they never land; each commit clears what they left behind.
+The driver's commit hands the protocol (`offsets_db.exactly_once.commit_batch`) the rows to move: exactly
+the staged rows named by the commit messages. The protocol runs the one transaction that also commits the
+batch's offsets and resume snapshot; a batch already committed (a replay) moves nothing. Rows of failed task
+attempts are never named, so they never land; each commit clears what they left behind.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg2
-import psycopg2.errors
-from psycopg2 import sql
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
-)
+from psycopg2 import sql
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
     IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
 )
 from sqlalchemy import Engine, create_engine, make_url
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from connectors.postgres import copy, target
-from connectors.postgres.target import Column, SinkError, Target
-from offsets_db.names import validate_job_name
-from offsets_db.store import OffsetStore
+from connectors.postgres.target import Column, Target
 from connectors.spark.tracking import mirror_to_group
+from offsets_db import exactly_once
+from offsets_db.exactly_once import StagedDeadLetters
 from streamfill import failpoints
+from streamfill.errors import OptionError, SinkError
+from streamfill.names import parse_table, validate_job_name
+from streamfill.settings import default_db_url
 
 log = logging.getLogger("streamfill.postgres_sink")
 
@@ -101,33 +97,25 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
     if overwrite:
         raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
                         "with option mode=replace to upsert rows by key")
-    schema_name, table = target.parse_table(opts.get("table"))
+    schema_name, table = parse_table(opts.get("table"))
     mode = target.parse_mode(opts.get("mode"))
     job = opts.get("job")
     if job is not None:
-        try:
-            validate_job_name(job)
-        except ValueError as exc:
-            raise SinkError(f"option job: {exc}") from None
+        validate_job_name(job)
     raw_dl = str(opts.get("deadletters", "false")).lower()
     if raw_dl not in ("true", "false"):
-        raise SinkError(f"option deadLetters={opts['deadletters']!r} must be true or false")
+        raise OptionError("deadLetters", opts["deadletters"], "is not a boolean", "Use true or false")
     dead_letters = raw_dl == "true"
     staged_only = tuple(n for n, _ in target.DEAD_LETTER_COLUMNS) if dead_letters else ()
     if dead_letters:
         missing = [n for n in (*staged_only, "topic", "partition", "offset") if n not in schema.fieldNames()]
         if job is None or missing:
-            raise SinkError("option deadLetters=true needs the job option and the columns _error, _raw, topic, "
-                            f"partition and offset (missing: {', '.join(missing) or 'none'}; job: {job}). "
-                            "Build the DataFrame with spark_jobs.transforms.parse_events")
+            raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
+                              f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
+                              f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
     columns = [Column(f.name, pg_type(f.name, f.dataType)) for f in schema.fields if f.name not in staged_only]
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
-    if opts.get("url"):
-        url = opts["url"]
-    else:
-        from streamfill.settings import Settings
-
-        url = Settings().offsets_db_url
+    url = opts.get("url") or default_db_url()
     owner = job or f"write-{uuid.uuid4().hex}"
     try:
         conn = psycopg2.connect(dsn(url), connect_timeout=10)
@@ -145,12 +133,10 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
 
 
 def _require_offsets_db(conn, url: str) -> None:
-    with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('batches') IS NOT NULL AND to_regclass('snapshots') IS NOT NULL")
-        if not cur.fetchone()[0]:
-            raise SinkError(f"the database at {make_url(url).render_as_string()} has no offsets_db tables, and a "
-                            "job's offsets commit in the same transaction as its rows. Run `streamfill db "
-                            "upgrade` with STREAMFILL_DB_URL pointing there")
+    if not exactly_once.installed(conn):
+        raise SinkError(f"the database at {make_url(url).render_as_string()} has no offsets_db tables, and a "
+                        "job's offsets commit in the same transaction as its rows. Run `streamfill db "
+                        "upgrade` with STREAMFILL_DB_URL pointing there")
 
 
 def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
@@ -202,46 +188,37 @@ def _engine(url: str) -> Engine:
     return _engines[url]
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """This batch's staged rows, as the protocol's commit moves or drops them."""
+
+    plan: SinkPlan
+    write_ids: list[str]
+
+    @property
+    def dead_letters(self) -> StagedDeadLetters | None:
+        return StagedDeadLetters(self.plan.target.stage_ident, self.write_ids) if self.plan.target.dead_letters \
+            else None
+
+    def move(self, cur) -> int:
+        return target.move(cur, self.plan.target, self.write_ids, self.plan.mode)
+
+    def discard(self, cur) -> None:
+        if self.plan.own_stage:
+            target.drop_stage(cur, self.plan.target)
+        else:
+            target.discard(cur, self.plan.target)  # including rows of failed task attempts
+
+
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
     failpoints.hit("sink.staged")
-    for attempt in range(1, 4):
-        try:
-            return _commit_once(plan, _write_ids(messages), spark_batch_id)
-        except (DBAPIError, psycopg2.Error) as exc:
-            # two jobs moving overlapping keys into one table can deadlock; Postgres aborts one transaction,
-            # which is whole again on retry (the staged rows stay until a commit succeeds)
-            if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == 3:
-                raise
-            log.warning("%s.%s: commit deadlocked with another writer, retrying (%d/3)", plan.target.schema,
-                        plan.target.table, attempt)
-            time.sleep(random.uniform(0.1, 1.0) * attempt)
-
-
-def _commit_once(plan: SinkPlan, ids: list[str], spark_batch_id: int | None) -> None:
-    engine = _engine(plan.url)
-    with Session(engine) as s, s.begin():
-        cur = s.connection().connection.dbapi_connection.cursor()
-        store = OffsetStore(engine) if plan.job else None
-        batch_id = store.pending_batch(plan.job, s) if store else None
-        config = store.job_config(plan.job, s) if store else {}
-        if store is not None and batch_id is None:
-            log.info("job %s: batch already committed (replay); staged rows dropped", plan.job)
-            target.discard(cur, plan.target)
-            return
-        moved = target.move(cur, plan.target, ids, plan.mode)
-        dead = (target.move_dead_letters(cur, plan.target, ids, store.job_id(plan.job, s), batch_id)
-                if plan.target.dead_letters else 0)
-        if plan.own_stage:
-            target.drop_stage(cur, plan.target)
-        else:
-            target.discard(cur, plan.target)  # including rows of failed task attempts
-        if store is not None:
-            store.commit(plan.job, batch_id, rows_written=moved, dead_letters=dead, session=s,
-                         spark_batch_id=spark_batch_id)
+    ids = _write_ids(messages)
+    done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, ids), spark_batch_id=spark_batch_id)
+    if not done.replay:
         log.info("%s.%s: %d rows and %d dead letters from %d writes committed", plan.target.schema,
-                 plan.target.table, moved, dead, len(ids))
-    if store is not None and config.get("commit_to_group"):
-        mirror_to_group(config, store.snapshot(plan.job))
+                 plan.target.table, done.rows, done.dead_letters, len(ids))
+    if done.config.get("commit_to_group"):
+        mirror_to_group(done.config, done.snapshot)
     failpoints.hit("sink.committed")
 
 

@@ -18,12 +18,12 @@ from connectors.kafka import options as source_options
 from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import StreamEnumerator, plan_bounded
 from connectors.kafka.options import SourceOptions
-from connectors.kafka.partitions import from_json_shape, to_json_shape
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
 from connectors.spark import kafka_sink
 from connectors.spark.tracking import JobTracker, job_config
 from streamfill import failpoints
+from streamfill.partitions import from_json_shape, to_json_shape
 
 log = logging.getLogger("streamfill.source")
 
@@ -40,11 +40,7 @@ class RangePartition(InputPartition):
 
 
 def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
-    if opts.job is None:
-        return None
-    from streamfill.settings import Settings
-
-    return JobTracker(opts.job, opts.offsets_db_url or Settings().offsets_db_url, kind, job_config(opts))
+    return None if opts.job is None else JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts))
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

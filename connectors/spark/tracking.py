@@ -4,14 +4,14 @@ the commits that sinks other than `streamfill_postgres` leave to the source."""
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Mapping
 
 from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan
 from connectors.kafka.options import SourceOptions
-from connectors.kafka.partitions import Positions, TopicPartition
-from offsets_db.store import OffsetStore, PlannedRange
+from offsets_db.exactly_once import PlannedRange
+from offsets_db.store import OffsetStore
+from streamfill.partitions import Positions
 
 log = logging.getLogger("streamfill.tracking")
 
@@ -29,7 +29,7 @@ def job_config(opts: SourceOptions) -> dict:
     return config
 
 
-def mirror_to_group(config: Mapping, positions: Mapping[tuple[str, int], int]) -> None:
+def mirror_to_group(config: Mapping, positions: Positions) -> None:
     """commitToGroup: the Kafka group follows offsets_db, the source of truth. A failure is logged, not
     raised: the batch is already committed, and the next batch's mirror catches the group up."""
     target = config.get("commit_to_group")
@@ -37,7 +37,7 @@ def mirror_to_group(config: Mapping, positions: Mapping[tuple[str, int], int]) -
         return
     try:
         Broker(target["kafka"], timeout_s=10).commit_group(
-            target["group"], {TopicPartition(t, p): off for (t, p), off in positions.items()})
+            target["group"], positions)
     except Exception as exc:  # noqa: BLE001
         log.warning("offsets not mirrored to consumer group %s: %s", target["group"], exc)
 
@@ -57,7 +57,7 @@ class JobTracker:
         return self._store
 
     def resume(self) -> Positions:
-        return {TopicPartition(t, p): off for (t, p), off in self.store.snapshot(self.job).items()}
+        return self.store.snapshot(self.job)
 
     def record(self, plan: Plan, start: Positions | None) -> int:
         """Record the plan before any task reads it; `start` (Spark's) is checked against the snapshot."""

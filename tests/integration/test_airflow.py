@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from spark_jobs import events
-from spark_jobs.produce import ensure_topic
-from streamfill.airflow_api import AirflowApi, AirflowError, reserialize
-from streamfill.stack.airflow import airflow_bin, airflow_env
-from tests.kafka_helpers import consume_all, end_offsets, produce as produce_records
+from app.stack.airflow import airflow_bin, airflow_env, reserialize
+from orchestration.airflow_api import AirflowApi, AirflowError
+from spark_jobs.demo import events
+from spark_jobs.demo.produce import ensure_topic
+from tests.kafka_helpers import consume_all, end_offsets
+from tests.kafka_helpers import produce as produce_records
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +133,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     import threading
 
     from spark_jobs import stream
-    from spark_jobs.produce import produce
+    from spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 1200, bad_ratio=0.05, seed=21)
@@ -193,7 +194,7 @@ def api(stack_settings) -> AirflowApi:
 
 
 def test_a_replay_triggered_through_the_rest_api_lands_its_rows(api, bootstrap, db, topic_name):
-    from spark_jobs.produce import produce
+    from spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, "orders", 4)
     before = end_offsets(bootstrap, "orders")
@@ -271,23 +272,26 @@ def test_airflow_backfill_reprocesses_exactly_its_windows_and_again_changes_noth
 
 
 def test_the_stream_dag_restarts_a_job_killed_from_outside_and_ends_exactly_once(api, bootstrap, db):
-    from spark_jobs.produce import produce
+    from spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, "orders", 4)
     produce(bootstrap, "orders", 300_000, bad_ratio=0.01, seed=int(time.time()))
     end = end_offsets(bootstrap, "orders")
     dag = "streamfill_stream__orders"
+    before = query(db, "SELECT coalesce(max(b.id), 0) FROM batches b JOIN jobs j ON j.id = b.job_id "
+                       "WHERE j.name = 'orders'")[0][0]
     run_id = api.trigger(dag, {"trigger": "available-now"})
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     killed = False
-    while not killed and time.monotonic() < deadline:  # kill the running spark-submit once it has started
-        found = subprocess.run(["pgrep", "-f", "spark_jobs/stream.py --job orders "], capture_output=True,
-                               text=True).stdout.split()
-        if found:
-            time.sleep(8)
-            subprocess.run(["pkill", "-KILL", "-f", "spark_jobs/stream.py --job orders "])
-            killed = True
-        time.sleep(1)
+    while not killed and time.monotonic() < deadline:
+        # kill the launch once it has done something: its run row exists and its first batch is planned
+        started = query(db, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'orders' "
+                            "AND r.airflow_run_id = :r AND r.status = 'running'", r=run_id)[0][0]
+        planned = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = 'orders' "
+                            "AND b.id > :before", before=before)[0][0]
+        if started and planned:
+            killed = subprocess.run(["pkill", "-KILL", "-f", "spark_jobs/stream.py --job orders "]).returncode == 0
+        time.sleep(0.2)
     assert killed, "the stream never started"
     assert api.wait(dag, run_id) == "success"
     tis = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")

@@ -10,9 +10,9 @@ import time
 import pytest
 from sqlalchemy import text
 
-from spark_jobs.produce import ensure_topic, produce
-from streamfill.airflow_api import AirflowApi, reserialize
-from streamfill.stack.airflow import admin_password
+from app.stack.airflow import admin_password, reserialize
+from orchestration.airflow_api import AirflowApi
+from spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from app.stack.postgres import Postgres
 from streamfill.settings import Settings
-from streamfill.stack.postgres import Postgres
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -130,8 +130,8 @@ def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refu
 @pytest.fixture
 def private_postgres(stack_settings):
     """A PostgreSQL of its own (the shared one also holds Airflow's metadata, which must not go away)."""
+    from app.stack.process import port_free
     from offsets_db.migrate import upgrade
-    from streamfill.stack.process import port_free
 
     port = next(p for p in range(stack_settings.pg_port + 100, stack_settings.pg_port + 200)
                 if port_free(stack_settings.host, p))

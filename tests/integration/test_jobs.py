@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from spark_jobs import backfill, events, stream
-from spark_jobs.produce import ensure_topic, produce
+from spark_jobs import backfill, stream
+from spark_jobs.demo import events
+from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
-from tests.kafka_helpers import consume_all, produce as produce_records
+from tests.kafka_helpers import consume_all
+from tests.kafka_helpers import produce as produce_records
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +56,7 @@ def all_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, i
 
 def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`streamfill ...` as its own process group, so a failpoint's SIGKILL takes the JVM and workers too."""
-    return subprocess.Popen([sys.executable, "-m", "streamfill.cli", *args], cwd=REPO_ROOT, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, start_new_session=True,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 

@@ -13,9 +13,9 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka.errors import BrokerError
 from connectors.kafka.planner import OffsetRange
 from connectors.kafka.reader import read_range
+from streamfill.errors import BrokerError
 from tests.integration.test_kafka_source import read, run_available_now, stream
 from tests.kafka_helpers import consume_all, create_topic, produce
 

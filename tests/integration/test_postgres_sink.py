@@ -92,14 +92,14 @@ def test_values_survive_the_trip_through_copy(spark, db):
 
 
 @pytest.mark.parametrize("options, expected", [
-    ({}, "option table is required"),
+    ({}, "option table=None: is required"),
     ({"table": "a.b.c"}, "is not a table name"),
-    ({"table": "t_bad_mode", "mode": "upsert"}, "mode='upsert' is not a sink mode"),
+    ({"table": "t_bad_mode", "mode": "upsert"}, "option mode='upsert': is not a sink mode"),
     ({"table": "t_bad_key", "keyColumns": "nope"}, "keyColumns='nope': column(s) nope are not in the DataFrame"),
     ({"table": "t_no_key"}, "no topic, partition, offset column(s) for the default unique key"),
     ({"table": "t_bad_job", "keyColumns": "id", "job": "no spaces"}, "job name 'no spaces' is not valid"),
     ({"table": "t_bad_dl", "keyColumns": "id", "deadLetters": "true", "job": "j"},
-     "option deadLetters=true needs the job option and the columns _error, _raw, topic, partition and offset "
+     "option deadLetters='true': needs the job option and the columns _error, _raw, topic, partition and offset "
      "(missing: _error, _raw, topic, partition, offset; job: j)"),
     ({"table": "t_bad_url", "keyColumns": "id", "url": "postgresql+psycopg2://x@127.0.0.1:1/none"},
      "cannot connect to PostgreSQL at postgresql+psycopg2://x@127.0.0.1:1/none"),

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from app.stack import StackError
+from app.stack.airflow import admin_password, airflow_bin, airflow_env
+from app.stack.kafka import Kafka, fetch_jars
+from app.stack.process import read_pid
 from streamfill import REPO_ROOT
-from streamfill.stack import StackError
-from streamfill.stack.airflow import airflow_bin, airflow_env, admin_password
-from streamfill.stack.kafka import Kafka, fetch_jars
-from streamfill.stack.process import read_pid
 
 pytestmark = pytest.mark.integration
 CLI = [str(Path(sys.executable).parent / "streamfill")]

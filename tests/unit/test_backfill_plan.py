@@ -7,11 +7,12 @@ import json
 import pytest
 
 from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets
-from connectors.kafka.partitions import TopicPartition
-from spark_jobs import events
-from spark_jobs.backfill_plan import BackfillError, Window, next_chunk, parse_spec, progress, remaining, resolve_window
-from spark_jobs.produce import check_args
-from spark_jobs.stream import StreamArgsError, parse_trigger
+from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from spark_jobs.demo import events
+from spark_jobs.demo.produce import check_args
+from spark_jobs.stream import parse_trigger
+from streamfill.errors import OptionError
+from streamfill.partitions import TopicPartition
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +50,7 @@ def test_specs_parse_to_offset_specs():
     ("[1, 2]", "is not a spec; use earliest"),
 ])
 def test_bad_specs_name_the_value_and_the_fix(raw, expected):
-    with pytest.raises(BackfillError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(OptionError, match=expected.replace("(", r"\(").replace("[", r"\[")):
         parse_spec(raw, "--from", T)
 
 
@@ -74,7 +75,7 @@ def test_offsets_and_times_resolve_to_ranges():
     ("earliest", '{"1": 70}', 2, "offset 70 of orders-1 is beyond the log end 50"),
 ])
 def test_validation_names_the_value_and_the_fix(frm, to, partitions, message):
-    with pytest.raises(BackfillError) as info:
+    with pytest.raises(OptionError) as info:
         window(frm, to, partitions)
     assert message in str(info.value)
 
@@ -137,5 +138,5 @@ def test_triggers():
     assert parse_trigger("500ms") == {"processingTime": "500 milliseconds"}
     assert parse_trigger("2m") == {"processingTime": "2 minutes"}
     for bad in ("0s", "soon", "5h", ""):
-        with pytest.raises(StreamArgsError, match="is not a trigger; use available-now"):
+        with pytest.raises(OptionError, match="is not a trigger; use available-now"):
             parse_trigger(bad)

@@ -1,8 +1,9 @@
 import pytest
 
 from connectors.kafka import data_loss
-from connectors.kafka.errors import DataLoss, DataLossError
-from connectors.kafka.partitions import TopicPartition
+from connectors.kafka.data_loss import DataLoss
+from streamfill.errors import DataLossError
+from streamfill.partitions import TopicPartition
 
 pytestmark = pytest.mark.unit
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from connectors.kafka.enumerator import StreamEnumerator
-from connectors.kafka.errors import DataLossError
 from connectors.kafka.options import parse
-from connectors.kafka.partitions import TopicPartition
+from streamfill.errors import DataLossError
+from streamfill.partitions import TopicPartition
 
 pytestmark = pytest.mark.unit
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

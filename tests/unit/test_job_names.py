@@ -1,6 +1,6 @@
 import pytest
 
-from offsets_db.names import validate_job_name
+from streamfill.names import validate_job_name
 
 pytestmark = pytest.mark.unit
 

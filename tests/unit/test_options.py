@@ -2,13 +2,11 @@
 
 import pytest
 
-from connectors.kafka.errors import OptionError
-from connectors.kafka.offsets import (
-    Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve,
-)
+from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve
 from connectors.kafka.options import parse
-from connectors.kafka.partitions import TopicPartition
 from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern
+from streamfill.errors import OptionError
+from streamfill.partitions import TopicPartition
 
 pytestmark = pytest.mark.unit
 

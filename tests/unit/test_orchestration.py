@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from streamfill import job_config
-from streamfill.orchestration import replay_job, window_job
-from streamfill.quality import merge
+from offsets_db.reconcile import merge
+from orchestration import jobs_file as job_config
+from orchestration.tasks import replay_job, window_job
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ def test_window_and_replay_job_names_are_valid_stable_and_distinct():
     a = replay_job("orders", "earliest", "latest", "t")
     assert a == replay_job("orders", "earliest", "latest", "t")
     assert a != replay_job("orders", "earliest", "latest", "u") != replay_job("orders", "earliest", "2026", "t")
-    from offsets_db.names import validate_job_name
+    from streamfill.names import validate_job_name
 
     assert validate_job_name(a) == a
 

@@ -4,11 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka.errors import OptionError
-from connectors.kafka.partitions import TopicPartition
-from connectors.kafka.planner import (
-    OffsetRange, backlog, offsets_behind, ranges_between, rate_limit, split_ranges,
-)
+from connectors.kafka.planner import OffsetRange, backlog, offsets_behind, ranges_between, rate_limit, split_ranges
+from streamfill.errors import OptionError
+from streamfill.partitions import TopicPartition
 
 pytestmark = pytest.mark.unit
 

@@ -11,38 +11,37 @@ import pytest
 import typer
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from connectors.kafka.errors import OptionError
+from app.commands.offsets import parse_since
 from connectors.kafka.options import parse as parse_source
 from connectors.postgres import copy, target
-from connectors.postgres.target import SinkError
 from connectors.spark import kafka_sink
-from offsets_db.store import CheckpointMismatch
-from streamfill.cli import parse_since
+from streamfill.errors import CheckpointMismatch, OptionError
+from streamfill.names import parse_table
 
 pytestmark = pytest.mark.unit
 
 
 def test_table_names_and_schemas():
-    assert target.parse_table("orders") == (None, "orders")
-    assert target.parse_table("sales.Orders") == ("sales", "Orders")
+    assert parse_table("orders") == (None, "orders")
+    assert parse_table("sales.Orders") == ("sales", "Orders")
     for bad in (None, " ", "a.b.c", "a.", "x" * 64):
-        with pytest.raises(SinkError, match="table"):
-            target.parse_table(bad)
+        with pytest.raises(OptionError, match="table"):
+            parse_table(bad)
 
 
 def test_key_defaults_to_kafka_coordinates_and_names_what_is_missing():
     assert target.parse_key(None, ["topic", "partition", "offset", "v"]) == ("topic", "partition", "offset")
     assert target.parse_key(" id , day", ["id", "day"]) == ("id", "day")
-    with pytest.raises(SinkError, match="set keyColumns"):
+    with pytest.raises(OptionError, match="set keyColumns"):
         target.parse_key(None, ["id"])
-    with pytest.raises(SinkError, match="nope are not in the DataFrame"):
+    with pytest.raises(OptionError, match="nope are not in the DataFrame"):
         target.parse_key("id,nope", ["id"])
 
 
 def test_modes():
     assert target.parse_mode(None) == "append-new"
     assert target.parse_mode("REPLACE") == "replace"
-    with pytest.raises(SinkError, match="append-new .* or replace"):
+    with pytest.raises(OptionError, match="append-new .* or replace"):
         target.parse_mode("merge")
 
 

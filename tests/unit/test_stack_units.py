@@ -2,10 +2,10 @@ import socket
 
 import pytest
 
+from app.stack import StackError, _check_ports
+from app.stack.kafka import Kafka
+from app.stack.process import port_free
 from streamfill.settings import Settings
-from streamfill.stack import StackError, _check_ports
-from streamfill.stack.kafka import Kafka
-from streamfill.stack.process import port_free
 
 pytestmark = pytest.mark.unit
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import URL, create_engine, text
+from sqlalchemy import URL, create_engine
 
+from offsets_db import queries
 from streamfill import REPO_ROOT
 
 log = logging.getLogger("streamfill.orchestration")
@@ -123,10 +124,7 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
     now = now or datetime.now(timezone.utc)
     engine = create_engine(db_url)
     try:
-        with engine.connect() as conn:
-            last = conn.scalar(text("SELECT max(b.committed_at) FROM batches b JOIN jobs j ON j.id = b.job_id "
-                                    "WHERE j.name = :job"), {"job": job})
-            lag = conn.scalar(text("SELECT max(lag) FROM consumer_lag WHERE job = :job"), {"job": job})
+        last, lag = queries.last_commit_and_worst_lag(engine, job)
     finally:
         engine.dispose()
     problems = []

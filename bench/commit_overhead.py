@@ -7,33 +7,28 @@
 2. View latency: each README query on a history of 1,000,000 batch-offset rows (median and p95).
 Prints both tables. Needs `streamfill stack up`; works in a scratch database it drops at the end.
 
-    .venv/bin/python bench/offsets_db.py [--batches 40] [--history-rows 1000000]
+    .venv/bin/python bench/commit_overhead.py [--batches 40] [--history-rows 1000000]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import statistics
+import time
+import uuid
 
-# run as a script, this file's folder comes first on sys.path and its name would hide the offsets_db package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import create_engine, text
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-
-import pyarrow as pa  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
-
-from connectors.postgres import target  # noqa: E402
-from connectors.postgres.target import Column  # noqa: E402
-from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn  # noqa: E402
-from offsets_db.migrate import upgrade  # noqa: E402
-from offsets_db.store import OffsetStore, PlannedRange  # noqa: E402
-from streamfill.settings import get_settings  # noqa: E402
+from connectors.postgres import target
+from connectors.postgres.target import Column
+from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
+from offsets_db.exactly_once import PlannedRange
+from offsets_db.migrate import upgrade
+from offsets_db.store import OffsetStore
+from streamfill.settings import get_settings
 
 console = Console()
 COLUMNS = [Column("topic", "text"), Column("partition", "integer"), Column("offset", "bigint"),

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.stack.airflow import Airflow
+from app.stack.kafka import Kafka
+from app.stack.postgres import Postgres
+from app.stack.process import port_free, tail, wait_until
+from app.stack.service import Service, Status
+from app.stack.spark import Spark
 from offsets_db.migrate import upgrade
+from streamfill.errors import StackError
 from streamfill.settings import Settings
-from streamfill.stack.airflow import Airflow
-from streamfill.stack.kafka import Kafka
-from streamfill.stack.postgres import Postgres
-from streamfill.stack.process import StackError, port_free, tail, wait_until
-from streamfill.stack.service import Service, Status
-from streamfill.stack.spark import Spark
 
 __all__ = ["StackError", "Status", "services", "up", "down", "status"]
 

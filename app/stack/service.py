@@ -6,8 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.stack.process import pid_alive, read_pid, stop_group
 from streamfill.settings import Settings
-from streamfill.stack.process import pid_alive, read_pid, stop_group
 
 
 @dataclass(frozen=True)

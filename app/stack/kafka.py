@@ -7,10 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from app.stack.postgres import install_os_packages
+from app.stack.process import pid_alive, read_pid, spawn, wait_until
+from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
-from streamfill.stack.postgres import install_os_packages
-from streamfill.stack.process import StackError, pid_alive, read_pid, spawn, wait_until
-from streamfill.stack.service import ProcessGroupService, Status
+from streamfill.errors import StackError
 
 POM = REPO_ROOT / "stack" / "kafka" / "pom.xml"
 LOG4J = REPO_ROOT / "stack" / "kafka" / "log4j2.yaml"

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from streamfill.stack.service import Service, Status
+from app.stack.service import Service, Status
 
 
 class Spark(Service):

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from streamfill.errors import StackError
 
-class StackError(RuntimeError):
-    """A service could not be started, reached or stopped; the message says which and what to do."""
+__all__ = ["StackError", "port_free", "pid_alive", "read_pid", "spawn", "stop_group", "wait_until", "tail"]
 
 
 def port_free(host: str, port: int) -> bool:

@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -13,12 +14,13 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from app.stack.process import pid_alive, read_pid, spawn, wait_until
+from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
+from streamfill.errors import AirflowError
+from streamfill.settings import AIRFLOW_USER as ADMIN
 from streamfill.settings import Settings
-from streamfill.stack.process import pid_alive, read_pid, spawn, wait_until
-from streamfill.stack.service import ProcessGroupService, Status
 
-ADMIN = "admin"
 COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 
 
@@ -72,8 +74,15 @@ def airflow_bin() -> str:
 
 
 def admin_password(settings: Settings) -> str:
-    path = airflow_home(settings) / "simple_auth_manager_passwords.json.generated"
-    return json.loads(path.read_text())[ADMIN]
+    return settings.airflow_login()[1]
+
+
+def reserialize(settings: Settings) -> None:
+    """Parse the DAG files now: a new DAG file otherwise appears at the scheduler's next folder scan."""
+    done = subprocess.run([airflow_bin(), "dags", "reserialize"], env=airflow_env(settings), capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise AirflowError(f"airflow dags reserialize failed: {done.stderr[-2000:]}")
 
 
 class Airflow(ProcessGroupService):
@@ -92,7 +101,7 @@ class Airflow(ProcessGroupService):
     def prepare(self) -> None:
         home = airflow_home(self.settings)
         home.mkdir(parents=True, exist_ok=True)
-        passwords = home / "simple_auth_manager_passwords.json.generated"
+        passwords = self.settings.airflow_password_file
         if not passwords.exists():
             passwords.write_text(json.dumps({ADMIN: secrets.token_urlsafe(12)}))
             passwords.chmod(0o600)

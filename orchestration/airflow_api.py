@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from streamfill.errors import AirflowError
 from streamfill.settings import Settings
-from streamfill.stack.airflow import ADMIN, admin_password, airflow_bin, airflow_env
 
-
-class AirflowError(RuntimeError):
-    pass
+__all__ = ["AirflowApi", "AirflowError"]
 
 
 class AirflowApi:
-    def __init__(self, settings: Settings) -> None:
+    """Logged in as the local stack's admin (`settings.airflow_login`), or as the user and password given."""
+
+    def __init__(self, settings: Settings, login: tuple[str, str] | None = None) -> None:
         self.base = f"http://{settings.host}:{settings.airflow_port}"
-        self.login = (ADMIN, admin_password(settings))
+        self.login = login or settings.airflow_login()
         body = json.dumps({"username": self.login[0], "password": self.login[1]}).encode()
         req = urllib.request.Request(f"{self.base}/auth/token", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -65,11 +64,3 @@ class AirflowApi:
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
-
-
-def reserialize(settings: Settings) -> None:
-    """Parse the DAG files now: a new DAG file otherwise appears at the scheduler's next folder scan."""
-    done = subprocess.run([airflow_bin(), "dags", "reserialize"], env=airflow_env(settings), capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode != 0:
-        raise AirflowError(f"airflow dags reserialize failed: {done.stderr[-2000:]}")

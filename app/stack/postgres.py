@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import glob
-from contextlib import closing
 import os
 import pwd
 import shutil
 import subprocess
+from contextlib import closing
 from pathlib import Path
 
 import psycopg2
 from psycopg2 import sql
 
-from streamfill.stack.process import StackError, pid_alive, wait_until
-from streamfill.stack.service import Service, Status
+from app.stack.process import pid_alive, wait_until
+from app.stack.service import Service, Status
+from streamfill.errors import StackError
 
 OS_USER = "postgres"
 

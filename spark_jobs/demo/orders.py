@@ -1,4 +1,5 @@
-"""Parse and validate the demo events with an explicit schema; shared by the stream and the backfill.
+"""The `orders` pipeline of the demo: parse and validate order events with an explicit schema, and the
+Great Expectations that check the same rules on the table.
 
 `parse_events(kafka_df)` keeps Kafka's coordinates (topic, partition, offset, kafka_timestamp), the typed
 fields, and two columns the `streamfill_postgres` sink understands with `deadLetters=true`: `_error` (null for
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.events import CURRENCIES, EVENT_TYPES, FIELDS, MAX_AMOUNT
+from spark_jobs.demo.events import CURRENCIES, EVENT_TYPES, FIELDS, MAX_AMOUNT
 
 # every field read as text first, so a wrong type is a reason rather than a silent null
 RAW_SCHEMA = ", ".join(f"{f} string" for f in FIELDS) + ", _corrupt string"
@@ -55,3 +56,22 @@ def parse_events(kafka: DataFrame) -> DataFrame:
         typed["amount"].alias("amount"), j["currency"].alias("currency"), typed["event_time"].alias("event_time"),
         error.alias("_error"),
         F.when(error.isNotNull(), F.col("_raw")).alias("_raw"))  # only dead letters carry their bytes onward
+
+
+def expectations() -> list:
+    """What the stream's rules promise about the table, as GX expectations (the platform adds key, uniqueness,
+    reconciliation and freshness checks of its own)."""
+    import great_expectations.expectations as gxe
+
+    return [
+        *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in FIELDS],
+        gxe.UnexpectedRowsExpectation(
+            description="event_id is unique",
+            unexpected_rows_query="SELECT event_id, count(*) AS copies FROM {batch} GROUP BY event_id "
+                                  "HAVING count(*) > 1"),
+        gxe.ExpectColumnValuesToBeBetween(column="amount", min_value=0, max_value=MAX_AMOUNT),
+        gxe.ExpectColumnValuesToBeBetween(column="user_id", min_value=1),
+        gxe.ExpectColumnValuesToBeInSet(column="event_type", value_set=list(EVENT_TYPES)),
+        gxe.ExpectColumnValuesToBeInSet(column="currency", value_set=list(CURRENCIES)),
+        gxe.ExpectColumnValueLengthsToEqual(column="event_id", value=36),
+    ]

@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from offsets_db.names import validate_job_name
+from spark_jobs import pipelines
 from streamfill import REPO_ROOT
-
-SUITES = ("orders",)
+from streamfill.errors import StreamfillError
+from streamfill.names import validate_job_name
 
 
 class Health(BaseModel):
@@ -46,13 +46,12 @@ class JobSpec(BaseModel):
     @field_validator("suite")
     @classmethod
     def _suite(cls, v: str) -> str:
-        if v not in SUITES:
-            raise ValueError(f"suite {v!r} is not known; use one of {', '.join(SUITES)}")
+        pipelines.get(v)
         return v
 
 
-class JobsFileError(ValueError):
-    pass
+class JobsFileError(StreamfillError, ValueError):
+    """A jobs file that cannot be used: the message names the file, the job and the field."""
 
 
 def jobs_file() -> Path:

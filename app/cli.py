@@ -1,0 +1,19 @@
+"""The `streamfill` command: one small module per command group (streamfill/commands/), assembled here."""
+
+from __future__ import annotations
+
+import typer
+
+from app.commands import db, demo, jobs, offsets, produce, stack
+
+app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySpark, Airflow and PostgreSQL.")
+app.add_typer(stack.app, name="stack")
+app.add_typer(db.app, name="db")
+app.add_typer(offsets.app, name="offsets")
+app.command("produce")(produce.produce)
+app.command("stream")(jobs.stream)
+app.command("backfill")(jobs.backfill)
+app.command("demo")(demo.demo)
+
+if __name__ == "__main__":
+    app()

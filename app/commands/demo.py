@@ -1,0 +1,99 @@
+"""`make demo` (`streamfill demo`): the main job end to end through Airflow, with a summary from the tables and
+offsets_db."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from spark_jobs.runs import console, fail, say
+from streamfill.settings import Settings, get_settings
+
+WINDOW_TABLE = "orders_window"
+
+
+def demo(
+    count: Annotated[int, typer.Option("--count", min=2, help="events to produce")] = 300_000,
+    bad_ratio: Annotated[float, typer.Option("--bad-ratio", help="share of bad records")] = 0.01,
+) -> None:
+    """The main job through Airflow: produce events, trigger the stream DAG and a replay of a time window
+    through Airflow's REST API, then show what landed, the offsets, the quality results and the UI."""
+    from streamfill.errors import StreamfillError
+
+    try:
+        out = run(get_settings(), count, bad_ratio, say)
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    table = Table(title="what landed")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in out["tables"].items():
+        table.add_row(name + (" (every demo run's window)" if name == WINDOW_TABLE else ""), f"{rows:,}")
+    table.add_row(f"dead_letters (job {out['job']})", f"{out['dead_letters']:,}")
+    console.print(table)
+    offsets = Table(title=f"latest_offsets and consumer_lag of job {out['job']}")
+    for col in ("partition", "next_offset", "lag"):
+        offsets.add_column(col, justify="right")
+    for partition, next_offset, lag in out["offsets"]:
+        offsets.add_row(str(partition), f"{next_offset:,}", "-" if lag is None else f"{lag:,}")
+    console.print(offsets)
+    quality = Table(title="newest quality results (offsets_db.quality_results)")
+    for col in ("checked at (UTC)", "job", "table", "result", "expectations met"):
+        quality.add_column(col, overflow="fold")
+    for checked_at, job, table_name, success, stats in out["quality"]:
+        quality.add_row(f"{checked_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S}", job or "-", table_name,
+                        "[green]passed[/]" if success else "[red]failed[/]",
+                        f"{stats.get('successful_expectations')} of {stats.get('evaluated_expectations')}")
+    console.print(quality)
+    console.print(f"Airflow UI: {out['ui']} (login {out['login'][0]} / {out['login'][1]}). Offsets: "
+                  f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
+
+
+def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
+    from sqlalchemy import create_engine, text
+
+    from app.stack.airflow import reserialize
+    from offsets_db import queries
+    from orchestration.airflow_api import AirflowApi
+    from orchestration.jobs_file import load
+    from spark_jobs.demo.produce import ensure_topic, produce
+    from streamfill.errors import AirflowError
+
+    spec = load()["orders"]
+    bootstrap = settings.bootstrap_servers
+    ensure_topic(bootstrap, spec.topic, 4)
+    half = count // 2
+    first = produce(bootstrap, spec.topic, half, bad_ratio=bad_ratio, seed=int(time.time()))
+    time.sleep(1.0)
+    window_start = datetime.now(timezone.utc)
+    second = produce(bootstrap, spec.topic, count - half, bad_ratio=bad_ratio, seed=int(time.time()) + 1)
+    window_end = datetime.now(timezone.utc)
+    say(f"produced {first.total + second.total:,} events to {spec.topic} ({first.bad + second.bad:,} bad)")
+
+    reserialize(settings)
+    api = AirflowApi(settings)
+    runs = [(f"streamfill_stream__{spec.name}", {"trigger": "available-now"}),
+            ("streamfill_replay", {"job": spec.name, "from": window_start.isoformat(), "to": window_end.isoformat(),
+                                   "mode": "replace", "table": WINDOW_TABLE})]
+    for dag_id, conf in runs:
+        run_id = api.trigger(dag_id, conf)
+        say(f"triggered {dag_id} ({run_id}) through Airflow's REST API")
+        state = api.wait(dag_id, run_id, on_state=lambda s, d=dag_id: say(f"  {d}: {s}"))
+        if state != "success":
+            raise AirflowError(f"{dag_id} run {run_id} {state}; its task logs are in the Airflow UI at {api.base}")
+
+    engine = create_engine(settings.offsets_db_url)
+    try:
+        with engine.connect() as conn:  # the demo's own sink tables, fixed names
+            tables = {t: conn.scalar(text(f'SELECT count(*) FROM "{t}"')) for t in (spec.table, WINDOW_TABLE)}
+        summary = {"tables": tables, "dead_letters": queries.dead_letter_count(engine, spec.name), "job": spec.name,
+                   "offsets": queries.offsets_with_lag(engine, spec.name),
+                   "quality": queries.newest_quality_results(engine), "ui": api.base, "login": api.login}
+    finally:
+        engine.dispose()
+    return summary

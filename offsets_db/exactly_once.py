@@ -1,0 +1,310 @@
+"""The exactly-once protocol (design §3), in one place: plan, pending batch, commit, resume.
+
+1. plan: the source records each planned range before any task reads it (`record_plan`); planning the same
+   ranges again (a replay) returns the same batch, and Spark's start is checked against the job's snapshot.
+2. pending batch: the sink's commit takes the job's newest planned batch, locked (`pending_batch`); None when
+   it is already committed (a replay: the sink drops what it staged).
+3. commit: `commit_batch` opens ONE transaction, finds the pending batch, hands the cursor to the sink to move
+   exactly the rows it staged, moves the staged dead letters, marks the batch committed and moves the job's
+   snapshot to its ends (`mark_committed`), then commits. A deadlock with another writer retries the whole
+   transaction (the staged rows stay until a commit succeeds).
+4. resume and checkpoint checks: `resume_state` is where a job continues; a Spark checkpoint that disagrees
+   with it is refused (`CheckpointMismatch`), unless it shows the pending batch finished and its sink did not
+   commit in offsets_db (then that batch is committed on the way, `commit_through` likewise).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg2.errors
+from psycopg2 import sql
+from sqlalchemy import BigInteger, Engine, func, literal, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
+from streamfill.errors import CheckpointMismatch, ProtocolError, UnknownJob
+from streamfill.names import validate_job_name
+from streamfill.partitions import Positions, TopicPartition
+
+log = logging.getLogger("streamfill.exactly_once")
+
+@dataclass(frozen=True)
+class PlannedRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    log_start: int | None = None
+    log_end: int | None = None
+
+
+class LossRecord(Protocol):
+    """A data-loss event as the connector reports it (`connectors.kafka.data_loss.DataLoss`)."""
+
+    topic: str
+    partition: int
+    kind: str
+    lost_from: int
+    lost_to: int
+
+
+def job_id(s: Session, name: str) -> int:
+    found = s.scalar(select(Job.id).where(Job.name == validate_job_name(name)))
+    if found is None:
+        raise UnknownJob(f"job {name!r} is not in offsets_db; it is created by its first run")
+    return found
+
+
+def _agrees(a: Positions, b: Positions) -> bool:
+    return all(a[tp] == b[tp] for tp in a.keys() & b.keys())
+
+
+def _agrees_fully(a: Positions, b: Positions) -> bool:
+    return all(b.get(tp) == off for tp, off in a.items())
+
+
+def _last_batch(s: Session, job: int, lock: bool = False) -> Batch | None:
+    q = select(Batch).where(Batch.job_id == job).order_by(Batch.seq.desc()).limit(1)
+    return s.scalar(q.with_for_update() if lock else q)
+
+
+def _bounds(s: Session, batch_id: int) -> dict[TopicPartition, tuple[int, int]]:
+    rows = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset,
+                            BatchOffset.end_offset).where(BatchOffset.batch_id == batch_id)).all()
+    return {TopicPartition(t, p): (b, e) for t, p, b, e in rows}
+
+
+def _snapshot(s: Session, job: int) -> Positions:
+    rows = s.execute(select(Snapshot.topic, Snapshot.partition, Snapshot.next_offset)
+                     .where(Snapshot.job_id == job)).all()
+    return {TopicPartition(t, p): o for t, p, o in rows}
+
+
+def installed(dbapi_conn) -> bool:
+    """True when this database holds offsets_db (a job's offsets commit in the same transaction as its rows)."""
+    with dbapi_conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('batches') IS NOT NULL AND to_regclass('snapshots') IS NOT NULL")
+        return bool(cur.fetchone()[0])
+
+
+# 1. plan
+
+def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, start: Positions | None = None,
+                losses: Iterable[LossRecord] = (), spark_batch_id: int | None = None,
+                run_id: int | None = None) -> int:
+    """The batch id of this plan; planning the same ranges again (a replay) returns the same batch.
+
+    `start` is where Spark's checkpoint says the batch starts; it must agree with the job's snapshot
+    (CheckpointMismatch otherwise). Data-loss events found while planning are stored with the batch.
+    """
+    ranges = sorted(ranges, key=lambda r: (r.topic, r.partition))
+    with Session(engine) as s, s.begin():
+        jid = job_id(s, job)
+        s.execute(select(Job.id).where(Job.id == jid).with_for_update())  # one planner at a time per job
+        last = _last_batch(s, jid)
+        ends = {TopicPartition(r.topic, r.partition): r.end for r in ranges}
+        if last is not None and _same_plan(s, last.id, ranges) and (
+                last.committed_at is None or _agrees_fully(ends, _snapshot(s, jid))):
+            return last.id  # a replay: before its commit, or with the job still standing at its end
+        if start is not None:
+            _check_start(s, job, jid, start, last)
+        seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == jid)) or 0) + 1
+        behind = sum(r.log_end - r.end for r in ranges if r.log_end is not None)
+        batch = Batch(job_id=jid, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind)
+        s.add(batch)
+        s.flush()
+        s.add_all([BatchOffset(batch_id=batch.id, topic=r.topic, partition=r.partition, start_offset=r.start,
+                               end_offset=r.end, log_start=r.log_start, log_end=r.log_end) for r in ranges])
+        s.add_all([DataLossEvent(job_id=jid, batch_id=batch.id, topic=e.topic, partition=e.partition,
+                                 kind=e.kind, lost_from=e.lost_from, lost_to=e.lost_to) for e in losses])
+        return batch.id
+
+
+def _same_plan(s: Session, batch_id: int, ranges: list[PlannedRange]) -> bool:
+    rows = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset,
+                            BatchOffset.end_offset).where(BatchOffset.batch_id == batch_id)
+                     .order_by(BatchOffset.topic, BatchOffset.partition)).all()
+    return [tuple(r) for r in rows] == [(r.topic, r.partition, r.start, r.end) for r in ranges]
+
+
+def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch | None) -> None:
+    snap = _snapshot(s, jid)
+    if not snap or _agrees(start, snap):
+        return
+    if last is not None and last.committed_at is None:
+        bounds = _bounds(s, last.id)
+        begins = {tp: b for tp, (b, _) in bounds.items()}
+        ends = {tp: e for tp, (_, e) in bounds.items()}
+        if _agrees(begins, snap) and _agrees(start, ends):
+            # Spark's checkpoint shows the batch completed; its sink did not commit in offsets_db
+            mark_committed(s, job, last.id)
+            return
+    raise CheckpointMismatch(job, start, snap)
+
+
+# 2. pending batch
+
+def pending_batch(s: Session, job: str) -> int | None:
+    """Inside the sink's transaction: the job's newest planned batch, locked, or None when it is already
+    committed (a replay: the sink drops its staged rows)."""
+    jid = job_id(s, job)
+    last = _last_batch(s, jid, lock=True)
+    if last is None:
+        raise ProtocolError(f"job {job!r} has no planned batch: give the source the same job option as the sink")
+    if last.committed_at is not None:
+        return None
+    if s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
+        begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items()}
+        snap = _snapshot(s, jid)
+        if snap and not _agrees(begins, snap):
+            raise CheckpointMismatch(job, begins, snap)
+    return last.id
+
+
+# 3. commit
+
+def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0,
+                   spark_batch_id: int | None = None) -> bool:
+    """Mark the batch committed and move the job's snapshot to its ends, inside the caller's transaction.
+
+    False when the batch was already committed (a replay): nothing changes.
+    """
+    jid = job_id(s, job)
+    batch = s.scalar(select(Batch).where(Batch.id == batch_id, Batch.job_id == jid).with_for_update())
+    if batch is None:
+        raise ProtocolError(f"batch {batch_id} of job {job!r} was never planned")
+    if batch.committed_at is not None:
+        return False
+    # one statement of a fixed shape (compiled once, cached): the batch's ends become the snapshot
+    stmt = insert(Snapshot.__table__).from_select(
+        ["job_id", "topic", "partition", "next_offset", "batch_id"],
+        select(literal(jid, BigInteger), BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset,
+               BatchOffset.batch_id).where(BatchOffset.batch_id == batch_id))
+    s.connection().execute(stmt.on_conflict_do_update(
+        index_elements=["job_id", "topic", "partition"],
+        set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
+              "updated_at": func.now()}))
+    batch.committed_at = func.now()
+    if spark_batch_id is not None:
+        batch.spark_batch_id = spark_batch_id
+    batch.rows_written = rows_written
+    batch.dead_letters = dead_letters
+    return True
+
+
+@dataclass(frozen=True)
+class StagedDeadLetters:
+    """Where a sink staged its dead letters: a table with topic, partition, "offset", _raw, _error and
+    _sf_write_id columns, and the writes of this batch."""
+
+    stage: sql.Composable
+    write_ids: Sequence[str]
+
+
+class StagedBatch(Protocol):
+    """The sink's half of a commit: it only stages and moves rows; the protocol owns the transaction."""
+
+    dead_letters: StagedDeadLetters | None
+
+    def move(self, cur) -> int:
+        """Move exactly the staged rows of this batch into the target; return how many landed."""
+
+    def discard(self, cur) -> None:
+        """Drop what was staged (after a move, or instead of one for a replay)."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    batch_id: int | None  # None: no job (an atomic write without offsets) or a replay
+    rows: int = 0
+    dead_letters: int = 0
+    replay: bool = False
+    config: dict[str, Any] = field(default_factory=dict)  # the job's configuration (commitToGroup)
+    snapshot: Positions = field(default_factory=dict)  # where the job stands now
+
+
+def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_batch_id: int | None = None,
+                 tries: int = 3) -> Committed:
+    """One transaction: the pending batch, the sink's move, the dead letters, the offsets and the snapshot.
+
+    Without a job the rows still move atomically, with no offsets. Two jobs moving overlapping keys into one
+    table can deadlock; PostgreSQL aborts one transaction, which is whole again on retry."""
+    for attempt in range(1, tries + 1):
+        try:
+            return _commit_once(engine, job, staged, spark_batch_id)
+        except (DBAPIError, psycopg2.Error) as exc:
+            if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == tries:
+                raise
+            log.warning("job %s: commit deadlocked with another writer, retrying (%d/%d)", job, attempt, tries)
+            time.sleep(random.uniform(0.1, 1.0) * attempt)
+    raise AssertionError("unreachable")
+
+
+def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_batch_id: int | None) -> Committed:
+    with Session(engine) as s, s.begin():
+        cur = s.connection().connection.dbapi_connection.cursor()
+        if job is None:
+            moved = staged.move(cur)
+            staged.discard(cur)
+            return Committed(None, moved)
+        batch_id = pending_batch(s, job)
+        jid = job_id(s, job)
+        config = s.scalar(select(Job.config).where(Job.id == jid)) or {}
+        if batch_id is None:
+            log.info("job %s: batch already committed (replay); staged rows dropped", job)
+            staged.discard(cur)
+            return Committed(None, replay=True, config=config, snapshot=_snapshot(s, jid))
+        moved = staged.move(cur)
+        dead = _move_dead_letters(cur, staged.dead_letters, jid, batch_id) if staged.dead_letters else 0
+        staged.discard(cur)  # including rows of failed task attempts
+        mark_committed(s, job, batch_id, rows_written=moved, dead_letters=dead, spark_batch_id=spark_batch_id)
+        s.flush()
+        return Committed(batch_id, moved, dead, config=config, snapshot=_snapshot(s, jid))
+
+
+def _move_dead_letters(cur, staged: StagedDeadLetters, jid: int, batch_id: int) -> int:
+    """Staged rows with an _error into dead_letters, once per (job, topic, partition, offset)."""
+    cur.execute(sql.SQL(
+        'INSERT INTO dead_letters (job_id, batch_id, topic, partition, "offset", raw_value, error) '
+        'SELECT DISTINCT ON (topic, partition, "offset") %s, %s, topic, partition, "offset", _raw, _error '
+        "FROM {} WHERE _sf_write_id = ANY(%s) AND _error IS NOT NULL "
+        'ORDER BY topic, partition, "offset" ON CONFLICT (job_id, topic, partition, "offset") DO NOTHING').format(
+        staged.stage), (jid, batch_id, list(staged.write_ids)))
+    return cur.rowcount
+
+
+def commit_through(engine: Engine, job: str, end: Positions) -> bool:
+    """Commit the newest planned batch if it ends at `end`: Spark committed it and the sink did not (a sink
+    other than streamfill_postgres)."""
+    with Session(engine) as s, s.begin():
+        jid = job_id(s, job)
+        last = _last_batch(s, jid, lock=True)
+        if last is None or last.committed_at is not None:
+            return False
+        ends = {tp: e for tp, (_, e) in _bounds(s, last.id).items()}
+        if ends != {tp: o for tp, o in end.items() if tp in ends}:
+            return False
+        return mark_committed(s, job, last.id)
+
+
+# 4. resume
+
+def resume_state(engine: Engine, job: str) -> Positions:
+    """The next offset per (topic, partition); empty for a job never committed (or never seen)."""
+    with Session(engine) as s:
+        jid = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
+        return {} if jid is None else _snapshot(s, jid)
+
+
+def commit(engine: Engine, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0) -> bool:
+    """`mark_committed` in a transaction of its own: for a batch whose rows another system already holds."""
+    with Session(engine) as s, s.begin():
+        return mark_committed(s, job, batch_id, rows_written, dead_letters)

@@ -1,0 +1,123 @@
+"""Great Expectations on sink tables, results stored in offsets_db.quality_results.
+
+Every suite has the platform's checks: Kafka coordinates not null and (topic, partition, offset) unique;
+reconciliation (rows landed plus dead letters equal the offsets the checked job consumed, from offsets_db);
+optionally freshness. The pipeline adds the expectations of its own rules (`spark_jobs.pipelines`). Bounded
+runs check only their own ranges; a stream's table is checked whole.
+
+GX is imported inside `validate` (it pulls in pyspark, seconds): DAG files stay quick to parse.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import create_engine
+
+from offsets_db import reconcile
+from spark_jobs import pipelines
+from streamfill.errors import QualityFailed
+
+COORDINATES = ("topic", "partition", "offset")
+
+
+@dataclass
+class Outcome:
+    success: bool
+    table: str
+    lines: list[str] = field(default_factory=list)
+    statistics: dict[str, Any] = field(default_factory=dict)
+    result_id: int | None = None
+
+
+def validate(db_url: str, table: str, job: str, *, suite: str = "orders", whole_table: bool = False,
+             freshness: timedelta | None = None, now: datetime | None = None) -> Outcome:
+    """Run the suite on `table` for what `job` consumed; store and return the outcome (never raises on a
+    failing expectation: `require` does)."""
+    pipeline = pipelines.get(suite)
+    engine = create_engine(db_url)
+    try:
+        job_id, ranges = reconcile.consumed(engine, job)
+        if not ranges:  # an hour without traffic: an empty window passes, and says so
+            outcome = Outcome(True, table, [f"PASS job {job!r} consumed no offsets: nothing to check in {table}"],
+                              {"evaluated_expectations": 0, "successful_expectations": 0})
+            outcome.result_id = reconcile.record_result(engine, job_id, suite, table, True, outcome.statistics,
+                                                        {"note": outcome.lines[0]})
+            return outcome
+        subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table)
+        res = _run(db_url, f"{suite}:{table}:{job}", subset_q,
+                   _suite(pipeline.expectations(), reconcile_q, freshness, now))
+        outcome = Outcome(bool(res.success), table, [_line(r) for r in res.results], dict(res.statistics))
+        outcome.result_id = reconcile.record_result(engine, job_id, suite, table, outcome.success,
+                                                    _jsonable(outcome.statistics), _jsonable(res.describe_dict()))
+        return outcome
+    finally:
+        engine.dispose()
+
+
+def require(outcome: Outcome) -> None:
+    """Print the summary into the task log; a failing expectation fails the task."""
+    for line in outcome.lines:
+        print(line, flush=True)
+    stats = outcome.statistics
+    print(f"{outcome.table}: {stats.get('successful_expectations')} of {stats.get('evaluated_expectations')} "
+          f"expectations met (quality_results id {outcome.result_id})", flush=True)
+    if not outcome.success:
+        failed = [line for line in outcome.lines if line.startswith("FAIL")]
+        raise QualityFailed(f"{outcome.table}: {len(failed)} expectation(s) failed: " + "; ".join(failed))
+
+
+def _run(db_url: str, name: str, query: str, expectations: list):
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = ctx.data_sources.add_or_update_postgres(name="streamfill", connection_string=db_url)
+    batch = source.add_query_asset(name=name, query=query).add_batch_definition_whole_table("checked rows")
+    suite = ctx.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
+    definition = ctx.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
+    return definition.run(result_format="SUMMARY")
+
+
+def _line(r) -> str:
+    """One PASS or FAIL line per expectation, with what was unexpected."""
+    cfg = r.expectation_config
+    what = cfg.description or f"{cfg.type}({', '.join(f'{k}={v}' for k, v in cfg.kwargs.items() if k != 'batch_id')})"
+    detail = ""
+    error = (r.exception_info or {}).get("exception_message") if isinstance(r.exception_info, dict) else None
+    if error:
+        detail = f": could not run: {error.splitlines()[0][:300]}"
+    elif not r.success:
+        got = r.result or {}
+        detail = f": {got.get('unexpected_count', got.get('observed_value', ''))} unexpected"
+        if got.get("details", {}).get("unexpected_rows"):
+            detail += f", e.g. {got['details']['unexpected_rows'][:3]}"
+        elif got.get("partial_unexpected_list"):
+            detail += f", e.g. {got['partial_unexpected_list'][:3]}"
+    return f"{'PASS' if r.success else 'FAIL'} {what}{detail}"
+
+
+def _suite(own: list, reconcile_query: str, freshness: timedelta | None, now: datetime | None) -> list:
+    import great_expectations.expectations as gxe
+
+    out: list = [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in COORDINATES]
+    out.append(gxe.UnexpectedRowsExpectation(
+        description="(topic, partition, offset) is unique",
+        unexpected_rows_query='SELECT topic, partition, "offset", count(*) AS copies FROM {batch} '
+                              'GROUP BY topic, partition, "offset" HAVING count(*) > 1'))
+    out += own
+    out.append(gxe.UnexpectedRowsExpectation(description="rows landed + dead letters = offsets consumed (offsets_db)",
+                                             unexpected_rows_query=reconcile_query))
+    if freshness is not None:
+        oldest = (now or datetime.now(timezone.utc)) - freshness  # aware: the column is timestamptz
+        out.append(gxe.ExpectColumnMaxToBeBetween(column="kafka_timestamp", min_value=oldest,
+                                                  description=f"newest record at most {freshness} old"))
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

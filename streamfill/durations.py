@@ -1,0 +1,24 @@
+"""The one duration parser: `500ms`, `30s`, `15m` (or `15min`), `2h`, `1d`, for maxTriggerDelay, --trigger and
+--since alike."""
+
+from __future__ import annotations
+
+import re
+
+UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", re.IGNORECASE)
+
+
+def parse_ms(raw: str, default_unit: str = "ms") -> int | None:
+    """Milliseconds, or None when `raw` is not a duration (callers raise with their own option name)."""
+    m = _DURATION.fullmatch(raw or "")
+    if not m:
+        return None
+    unit = (m.group(2) or default_unit).lower()
+    return int(m.group(1)) * UNITS_MS[unit]
+
+
+def split(raw: str) -> tuple[int, str] | None:
+    """(number, unit) as written, for callers that keep the unit (Spark's processingTime)."""
+    m = _DURATION.fullmatch(raw or "")
+    return None if not m or not m.group(2) else (int(m.group(1)), m.group(2).lower())

@@ -1,0 +1,77 @@
+"""The one error family of streamfill: every error a user sees says what was wrong, which value, and what to do.
+
+`OptionError` is for every user input (data source and sink options, CLI flags, jobs-file fields, Params); the
+others name a failure of something streamfill talks to (the broker, the data it reads, the exactly-once
+protocol, the local stack, Airflow).
+"""
+
+from __future__ import annotations
+
+
+class StreamfillError(Exception):
+    """Base of every error streamfill raises on purpose."""
+
+
+class OptionError(StreamfillError, ValueError):
+    """A user input is invalid; raised before anything is read or recorded.
+
+    `option` is what the user wrote: a data source option (`startingOffsets`), a flag (`--from`) or a field.
+    """
+
+    def __init__(self, option: str, value: object, problem: str, fix: str) -> None:
+        self.option, self.value, self.problem, self.fix = option, value, problem, fix
+        if option.startswith("--"):
+            text = f"{option} {value!r} {problem}; {fix}"
+        else:
+            text = f"option {option}={value!r}: {problem}. {fix}"
+        super().__init__(text)
+
+
+class BrokerError(StreamfillError):
+    """The broker could not be reached or answered with an error."""
+
+
+class DataLossError(StreamfillError):
+    """Offsets that were planned or requested are gone from the broker and failOnDataLoss is true."""
+
+
+class SinkError(StreamfillError, ValueError):
+    """A sink's target table does not fit what is written; raised on the driver before any row moves."""
+
+
+class ProtocolError(StreamfillError):
+    """The exactly-once protocol refused a step: the recorded state and the request disagree."""
+
+
+class CheckpointMismatch(ProtocolError):
+    """Spark's checkpoint and offsets_db disagree on where a job stands; neither is silently trusted."""
+
+    def __init__(self, job: str, checkpoint: dict[tuple[str, int], int], snapshot: dict[tuple[str, int], int]) -> None:
+        self.job, self.checkpoint, self.snapshot = job, checkpoint, snapshot
+        differ = sorted(tp for tp in checkpoint.keys() & snapshot.keys() if checkpoint[tp] != snapshot[tp])
+        shown = ", ".join(f"{t}-{p}: checkpoint {checkpoint[(t, p)]}, offsets_db {snapshot[(t, p)]}"
+                          for t, p in differ[:10])
+        super().__init__(
+            f"the Spark checkpoint of job {job!r} disagrees with offsets_db ({shown}). offsets_db holds what "
+            "was committed to the sink. To resume from offsets_db, delete the checkpoint directory and restart; "
+            "to start this checkpoint's position as a new history, use a new job name.")
+
+
+class JobKindMismatch(ProtocolError, ValueError):
+    """A job name used for another kind of job (a backfill under a stream's name)."""
+
+
+class StackError(StreamfillError):
+    """A local service could not be started, reached or stopped; the message says which and what to do."""
+
+
+class AirflowError(StreamfillError):
+    """Airflow's REST API refused a call or a DAG run did not succeed."""
+
+
+class QualityFailed(StreamfillError, AssertionError):
+    """A failing expectation: the task fails, the result is stored."""
+
+
+class UnknownJob(StreamfillError, LookupError):
+    """A job name offsets_db has never seen; the message lists the known ones where it can."""
