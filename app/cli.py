@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from app.commands import db, demo, jobs, offsets, produce, stack
+from app.commands import db, demo, jobs, offsets, produce, quality, run, stack
 
 app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySpark, Airflow and PostgreSQL.")
 app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(offsets.app, name="offsets")
+app.add_typer(jobs.app, name="jobs")
 app.command("produce")(produce.produce)
-app.command("stream")(jobs.stream)
-app.command("backfill")(jobs.backfill)
+app.command("stream")(run.stream)
+app.command("backfill")(run.backfill)
+app.command("quality")(quality.quality)
 app.command("demo")(demo.demo)
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Kafka into Postgres end to end: `streamfill stream` against the common hand-written alternative, same run.
 
-  (a) streamfill: streamfill_kafka -> spark_jobs.demo.orders.parse_events -> streamfill_postgres, exactly-once
+  (a) streamfill: streamfill_kafka -> the orders entry's parse (spark_jobs.pipelines) -> streamfill_postgres, exactly-once
       (rows, dead letters and offsets in one transaction per micro-batch), Trigger.AvailableNow;
-  (b) the alternative: Spark's format("kafka") -> the same parse_events -> foreachBatch writing valid rows and
+  (b) the alternative: Spark's format("kafka") -> the same parse -> foreachBatch writing valid rows and
       dead letters with Spark's JDBC writer (batch persisted, default JDBC options), at-least-once;
   (c) `streamfill backfill` of the same whole topic (wall time and offsets/s).
 Both streams use the same maxOffsetsPerTrigger, so the batches have the same sizes. Prints offsets per second
@@ -27,7 +27,8 @@ from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
 from spark_jobs import backfill, stream
-from spark_jobs.demo.orders import parse_events
+from spark_jobs.pipelines import entry
+from spark_jobs.pipelines.compile import parse
 from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill.settings import get_settings
 
@@ -82,7 +83,8 @@ def main() -> None:
         name = f"bench_sf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
         summary = stream.run(stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now",
-                                               args.batch), spark, bootstrap, url, threading.Event())
+                                               args.batch, pipeline="orders"), spark, bootstrap, url,
+                             threading.Event())
         return summary.rows + summary.dead_letters
 
     def alternative(source: str) -> int:
@@ -100,7 +102,7 @@ def main() -> None:
         kafka = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                  .option("subscribe", source).option("startingOffsets", "earliest")
                  .option("maxOffsetsPerTrigger", str(args.batch)).load())
-        query = (parse_events(kafka).writeStream.foreachBatch(write)
+        query = (parse(kafka, entry("orders")).writeStream.foreachBatch(write)
                  .option("checkpointLocation", str(work / name)).trigger(availableNow=True).start())
         query.awaitTermination()
         with engine.connect() as conn:
@@ -110,7 +112,7 @@ def main() -> None:
         name = f"bench_bf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
         summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name,
-                                                     chunk_size=args.batch), spark, bootstrap, url)
+                                                     chunk_size=args.batch, pipeline="orders"), spark, bootstrap, url)
         return summary.offsets
 
     ways = {"a streamfill stream (exactly-once)": streamfill,

@@ -1,4 +1,5 @@
-"""Every streamfill DAG, generated from dags/streamfill_jobs.yaml (adding a job is a config change).
+"""Every streamfill DAG, generated from the pipeline entries of dags/streamfill_jobs.yaml and dags/jobs.d/*.yaml
+(adding a pipeline is one YAML entry).
 
 Per job J:
 - streamfill_stream__J: launches the long-running stream with spark-submit; when it dies, the task's retries
@@ -21,9 +22,10 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
-from orchestration.jobs_file import load
+from spark_jobs.pipelines import load
 
 JOBS = load()
+ONE_TOPIC = [name for name, spec in JOBS.items() if spec.topic is not None]
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
 TAGS = ["streamfill"]
 
@@ -34,11 +36,7 @@ def run_stream(job: str) -> None:
 
     spec = JOBS[job]
     trigger = get_current_context()["params"]["trigger"] or spec.trigger
-    args = ["--job", spec.name, "--topic", spec.topic, "--table", spec.table, "--trigger", trigger,
-            "--suite", spec.suite]
-    if spec.max_offsets_per_trigger:
-        args += ["--max-offsets-per-trigger", str(spec.max_offsets_per_trigger)]
-    o.spark_submit("stream.py", args, o.endpoints())
+    o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger], o.endpoints())
 
 
 @task
@@ -60,9 +58,9 @@ def backfill_window(job: str) -> str:
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
     name = o.window_job(spec.name, start)
-    o.spark_submit("backfill.py", ["--job", name, "--topic", spec.topic, "--from", o.iso(start), "--to", o.iso(end),
-                                   "--table", spec.interval_table, "--mode", "replace", "--suite", spec.suite],
-                   o.endpoints())
+    o.spark_submit("backfill.py", ["--job", name, "--pipeline", spec.name, "--topic", spec.topic, "--from",
+                                   o.iso(start), "--to", o.iso(end), "--table", spec.interval_target, "--mode",
+                                   "replace"], o.endpoints())
     return name
 
 
@@ -80,12 +78,12 @@ def validate_replay() -> dict:
     table = p["table"] or f"{spec.table}_replay"
     ends = o.endpoints()
     args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"], p["to"],
-                                 table, p["mode"], p["chunk_size"], spec.suite)
+                                 table, p["mode"], p["chunk_size"], spec.name)
     backfill.check_job(args, OffsetStore(ends.db_url))
     window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
     return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
-            "mode": args.mode, "chunk_size": args.chunk_size, "suite": spec.suite}
+            "mode": args.mode, "chunk_size": args.chunk_size, "pipeline": spec.name}
 
 
 @task
@@ -94,17 +92,17 @@ def run_replay(plan: dict) -> str:
 
     o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
                                    plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
-                                   str(plan["chunk_size"]), "--suite", plan["suite"]], o.endpoints())
+                                   str(plan["chunk_size"]), "--pipeline", plan["pipeline"]], o.endpoints())
     return plan["job"]
 
 
 @task
-def quality(checked_job: str, table: str, suite: str, whole_table: bool = False,
+def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = False,
             fresh_minutes: int | None = None) -> None:
     from orchestration import tasks as o
     from spark_jobs import quality as q
 
-    outcome = q.validate(o.endpoints().db_url, table, checked_job, suite=suite, whole_table=whole_table,
+    outcome = q.validate(o.endpoints().db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
                          freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
     q.require(outcome)
 
@@ -123,21 +121,23 @@ for spec in JOBS.values():
              is_paused_upon_creation=True):
         check_health(spec.name)
 
-    with DAG(dag_id=f"streamfill_interval__{spec.name}", catchup=False, max_active_runs=4, tags=TAGS,
-             schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
-             default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}):
-        window = backfill_window(spec.name)
-        quality(window, spec.interval_table, spec.suite)
+    if spec.topic is not None:  # windows and replays read one topic
+        with DAG(dag_id=f"streamfill_interval__{spec.name}", catchup=False, max_active_runs=4, tags=TAGS,
+                 schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
+                 default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}):
+            window = backfill_window(spec.name)
+            quality(window, spec.interval_target, spec.name)
 
     with DAG(dag_id=f"streamfill_quality__{spec.name}", catchup=False, max_active_runs=1, tags=TAGS,
              schedule=CronDataIntervalTimetable(spec.quality_schedule, timezone="UTC"),
              is_paused_upon_creation=True):
-        quality(spec.name, spec.table, spec.suite, whole_table=True,
+        quality(spec.name, spec.table, spec.name, whole_table=True,
                 fresh_minutes=spec.health.max_commit_age_minutes)
 
 with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, tags=TAGS, doc_md=__doc__,
          params={
-             "job": Param(next(iter(JOBS)), enum=list(JOBS), description="the configured job whose topic to replay"),
+             "job": Param(ONE_TOPIC[0] if ONE_TOPIC else None, enum=ONE_TOPIC,
+                          description="the pipeline entry whose topic to replay"),
              "from": Param("earliest", type="string", pattern=SPEC_PATTERN,
                            description="earliest, latest, per-partition JSON or an ISO-8601 time"),
              "to": Param("latest", type="string", pattern=SPEC_PATTERN,
@@ -150,4 +150,4 @@ with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, tags=TAGS, do
          }):
     plan = validate_replay()
     replayed = run_replay(plan)
-    quality(replayed, plan["table"], plan["suite"])
+    quality(replayed, plan["table"], plan["pipeline"])

@@ -8,7 +8,6 @@ connections `streamfill_postgres` (offsets_db and the sink tables) and `streamfi
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import signal
@@ -103,8 +102,9 @@ def window_job(job: str, start: datetime) -> str:
 
 def replay_job(job: str, frm: str, to: str, table: str) -> str:
     """The same replay asked twice is the same job: append-new then changes nothing, replace rewrites."""
-    digest = hashlib.sha1(f"{frm}|{to}|{table}".encode()).hexdigest()[:10]
-    return f"{job}.replay.{digest}"
+    from spark_jobs.backfill import backfill_job
+
+    return backfill_job(job, frm, to, table, kind="replay")
 
 
 def iso(when: datetime) -> str:

@@ -11,6 +11,7 @@ pass that rewrites the same rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field
 from connectors.kafka.broker import Broker
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
+from spark_jobs.pipelines import PipelineSpec
 from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
 from spark_jobs.runs import (
-    console, err, fail, first_lines, job_session, recorded_run, sink_options, submit_main, unreachable,
+    console, err, fail, first_lines, job_session, recorded_run, rows_of, sink_options, submit_main, unreachable,
 )
 from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import default_table, parse_table, validate_job_name
@@ -44,12 +46,14 @@ class BackfillArgs:
     table: str
     mode: str = "append-new"
     chunk_size: int = DEFAULT_CHUNK
-    suite: str = "orders"  # the pipeline that parses the topic (spark_jobs.pipelines)
+    pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
 
-    DERIVED = ("table",)  # from the job when not given
+    DERIVED = ("table", "topic")  # from the job and its entry when not given
 
     def __post_init__(self) -> None:
         validate_job_name(self.job, "--job")
+        if not self.topic:
+            raise OptionError("--topic", self.topic, "is needed: a backfill reads one topic", "give --topic NAME")
         parse_table(self.table, "--table")
         if self.chunk_size < 1:
             raise OptionError("--chunk-size", self.chunk_size, "must be at least 1", "give offsets per chunk, "
@@ -57,13 +61,32 @@ class BackfillArgs:
         if self.mode not in MODES:
             raise OptionError("--mode", self.mode, "is not a mode",
                               "use append-new (keep existing rows) or replace (upsert)")
-        pipelines.get(self.suite, "--suite")
+        self.spec  # noqa: B018 - the entry must exist
+
+    @property
+    def spec(self) -> PipelineSpec:
+        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @classmethod
-    def from_flags(cls, *, job: str, table: str | None = None, **flags) -> BackfillArgs:
-        """`table` defaults to the job name with - and . turned into _."""
+    def from_flags(cls, *, job: str, topic: str | None = None, frm: str, to: str, table: str | None = None,
+                   mode: str | None = None, pipeline: str | None = None, **flags) -> BackfillArgs:
+        """With --job naming an entry and no --topic, the entry's topic, table and mode, under a job of its own
+        (`NAME.backfill.<hash of from, to, table>`: a stream's name is its stream's). Otherwise --topic and
+        --pipeline (the entry whose columns parse the topic) are needed; the table defaults to the job name
+        with - and . turned into _."""
         validate_job_name(job, "--job")
-        return cls(job=job, table=table or default_table(job), **flags)
+        if topic is None:
+            spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+            if spec.topic is None:
+                raise OptionError("--topic", None, f"is needed: entry {spec.name!r} reads several topics "
+                                  f"({spec.topics_option[1]}) and a backfill reads one",
+                                  "give --topic with one of them")
+            table = table or spec.table
+            name = job if pipeline else backfill_job(spec.name, frm, to, table)
+            return cls(job=name, topic=spec.topic, frm=frm, to=to, table=table, mode=mode or spec.mode,
+                       pipeline=spec.name, **flags)
+        return cls(job=job, topic=topic, frm=frm, to=to, table=table or default_table(job),
+                   mode=mode or "append-new", pipeline=pipeline, **flags)
 
     def recorded(self) -> dict[str, str]:
         """What makes two launches the same backfill (the mode may change between passes)."""
@@ -88,6 +111,13 @@ class Summary:
     dead_letters: int = 0
     seconds: float = 0.0
     per_partition: dict[str, int] = field(default_factory=dict)
+
+
+def backfill_job(entry: str, frm: str, to: str, table: str, kind: str = "backfill") -> str:
+    """The offsets_db job of a backfill of an entry: the same range into the same table is the same job (a
+    re-run continues or changes nothing), another range is another job."""
+    digest = hashlib.sha1(f"{frm}|{to}|{table}".encode()).hexdigest()[:10]
+    return f"{entry}.{kind}.{digest}"
 
 
 def check_job(args: BackfillArgs, store: OffsetStore) -> None:
@@ -180,10 +210,11 @@ def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[in
              .option("startingOffsets", json.dumps(to_json_shape({tp: s for tp, (s, _) in chunk.items()})))
              .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
              .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+             .option("includeHeaders", str(args.spec.format == "raw").lower())
              .option("job", args.job).option("offsetsDbUrl", url)
              .load())
-    (pipelines.get(args.suite).parse(kafka).write.format("streamfill_postgres")
-     .options(**sink_options(args.job, args.table, args.mode, url)).mode("append").save())
+    (rows_of(args.spec, kafka).write.format("streamfill_postgres")
+     .options(**sink_options(args.spec, args.job, args.table, args.mode, url)).mode("append").save())
 
 
 def launch(args: BackfillArgs, master: str | None = None) -> Summary:

@@ -1,9 +1,11 @@
 """Great Expectations on sink tables, results stored in offsets_db.quality_results.
 
 Every suite has the platform's checks: Kafka coordinates not null and (topic, partition, offset) unique;
-reconciliation (rows landed plus dead letters equal the offsets the checked job consumed, from offsets_db);
-optionally freshness. The pipeline adds the expectations of its own rules (`spark_jobs.pipelines`). Bounded
-runs check only their own ranges; a stream's table is checked whole.
+reconciliation (rows landed plus dead letters equal the offsets the checked job consumed, from offsets_db; in an
+upsert table a version replaced by a later one is accounted for, so rows landed plus dead letters are at most
+the offsets consumed and every row comes from them); optionally freshness. The entry adds the expectations of
+its own rules and its `quality:` list (`spark_jobs.pipelines.expectations`). Bounded runs check only their own
+ranges; a stream's table is checked whole.
 
 GX is imported inside `validate` (it pulls in pyspark, seconds): DAG files stay quick to parse.
 """
@@ -19,6 +21,7 @@ from sqlalchemy import create_engine
 
 from offsets_db import reconcile
 from spark_jobs import pipelines
+from spark_jobs.pipelines import expectations
 from streamfill.errors import QualityFailed
 
 COORDINATES = ("topic", "partition", "offset")
@@ -33,11 +36,14 @@ class Outcome:
     result_id: int | None = None
 
 
-def validate(db_url: str, table: str, job: str, *, suite: str = "orders", whole_table: bool = False,
+def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: bool = False,
              freshness: timedelta | None = None, now: datetime | None = None) -> Outcome:
-    """Run the suite on `table` for what `job` consumed; store and return the outcome (never raises on a
-    failing expectation: `require` does)."""
-    pipeline = pipelines.get(suite)
+    """Run the entry `pipeline`'s suite on `table` for what `job` consumed; store and return the outcome (never
+    raises on a failing expectation: `require` does)."""
+    spec = pipelines.entry(pipeline)
+    suite = spec.name
+    own = expectations.for_entry(spec)  # validated before anything is read
+    upsert = spec.mode == "replace" and any(k not in ("topic", "partition", "offset") for k in spec.key)
     engine = create_engine(db_url)
     try:
         job_id, ranges = reconcile.consumed(engine, job)
@@ -47,9 +53,9 @@ def validate(db_url: str, table: str, job: str, *, suite: str = "orders", whole_
             outcome.result_id = reconcile.record_result(engine, job_id, suite, table, True, outcome.statistics,
                                                         {"note": outcome.lines[0]})
             return outcome
-        subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table)
-        res = _run(db_url, f"{suite}:{table}:{job}", subset_q,
-                   _suite(pipeline.expectations(), reconcile_q, freshness, now))
+        subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table,
+                                                                          upsert=upsert)
+        res = _run(db_url, f"{suite}:{table}:{job}", subset_q, _suite(own, reconcile_q, freshness, now))
         outcome = Outcome(bool(res.success), table, [_line(r) for r in res.results], dict(res.statistics))
         outcome.result_id = reconcile.record_result(engine, job_id, suite, table, outcome.success,
                                                     _jsonable(outcome.statistics), _jsonable(res.describe_dict()))

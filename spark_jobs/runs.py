@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from rich.console import Console
 from sqlalchemy import make_url
 
 from offsets_db.store import OffsetStore
+from spark_jobs.pipelines import PipelineSpec
 from streamfill.settings import Settings, get_settings
 
 console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
@@ -70,9 +72,22 @@ def job_session(app_name: str, master: str | None = None, settings: Settings | N
     return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
 
 
-def sink_options(job: str, table: str, mode: str, url: str) -> dict[str, str]:
-    """Valid rows to `table`, dead letters to offsets_db.dead_letters, offsets committed in the same transaction."""
-    return {"table": table, "job": job, "mode": mode, "deadLetters": "true", "url": url}
+def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str) -> dict[str, str]:
+    """Valid rows to `table` with the entry's column types and key (columns it adds are added to the table),
+    dead letters to offsets_db.dead_letters, offsets committed in the same transaction."""
+    types = {name: c.column_type.postgres for name, c in spec.columns.items()}
+    return {"table": table, "job": job, "mode": mode, "deadLetters": str(spec.dead_letters).lower(), "url": url,
+            "keyColumns": ",".join(spec.key), "columnTypes": json.dumps(types), "evolveSchema": "true"}
+
+
+def rows_of(spec: PipelineSpec, kafka):
+    """The entry's parse; without dead letters, invalid records are left out of the table (and counted nowhere)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.pipelines.compile import parse
+
+    rows = parse(kafka, spec)
+    return rows if spec.dead_letters else rows.where(F.col("_error").isNull()).drop("_error", "_raw")
 
 
 @dataclass

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
-from spark_jobs.runs import console, fail, job_session, recorded_run, sink_options, submit_main, unreachable
+from spark_jobs.pipelines import PipelineSpec
+from spark_jobs.runs import (
+    console, fail, job_session, recorded_run, rows_of, sink_options, submit_main, unreachable,
+)
 from streamfill import durations
 from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import parse_table, validate_job_name
@@ -30,15 +33,15 @@ class StreamArgs:
     """A stream's arguments, checked when made (before anything is read or recorded)."""
 
     job: str
-    topic: str
+    topic: str | None  # None: the entry's topic, topics or topic_pattern
     table: str
     checkpoint: Path
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
     starting: str = "earliest"
-    suite: str = "orders"  # the pipeline that parses the topic (spark_jobs.pipelines)
+    pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
 
-    DERIVED = ("checkpoint",)  # from the job when not given
+    DERIVED = ("checkpoint", "topic", "table")  # from the job and its entry when not given
 
     def __post_init__(self) -> None:
         validate_job_name(self.job, "--job")
@@ -47,14 +50,25 @@ class StreamArgs:
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise OptionError("--max-offsets-per-trigger", self.max_offsets_per_trigger, "must be at least 1",
                               "give the most offsets one micro-batch may read, e.g. 100000")
-        pipelines.get(self.suite, "--suite")
+        self.spec  # noqa: B018 - the entry must exist
+
+    @property
+    def spec(self) -> PipelineSpec:
+        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @classmethod
-    def from_flags(cls, *, job: str, checkpoint: str | Path | None = None, **flags) -> StreamArgs:
-        """`checkpoint` defaults to STREAMFILL_HOME/checkpoints/JOB."""
+    def from_flags(cls, *, job: str, topic: str | None = None, table: str | None = None,
+                   checkpoint: str | Path | None = None, trigger: str | None = None,
+                   max_offsets_per_trigger: int | None = None, pipeline: str | None = None, **flags) -> StreamArgs:
+        """What a flag leaves out comes from the entry (the one named by --pipeline, else by --job): topic, table,
+        trigger, max offsets per trigger. `checkpoint` defaults to STREAMFILL_HOME/checkpoints/JOB."""
         validate_job_name(job, "--job")
-        return cls(job=job, checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
-                   **flags)
+        spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+        return cls(job=job, topic=topic, table=table or spec.table,
+                   checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
+                   trigger=trigger or spec.trigger,
+                   max_offsets_per_trigger=max_offsets_per_trigger or spec.max_offsets_per_trigger,
+                   pipeline=pipeline, **flags)
 
 
 @dataclass
@@ -80,17 +94,31 @@ def parse_trigger(raw: str) -> dict:
     return {"processingTime": f"{found[0]} {unit}"}
 
 
-def start(spark, args: StreamArgs, bootstrap: str, url: str):
+def query_plan(spark, args: StreamArgs, bootstrap: str, url: str):
+    """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
+    here, so a mismatch is refused before anything is read or recorded."""
     from connectors.spark import register
+    from connectors.spark.postgres_sink import prepare_table
 
     register(spark)
+    spec = args.spec
+    subscription = ("subscribe", args.topic) if args.topic else spec.topics_option
     reader = (spark.readStream.format("streamfill_kafka")
-              .option("kafka.bootstrap.servers", bootstrap).option("subscribe", args.topic)
+              .option("kafka.bootstrap.servers", bootstrap).option(*subscription)
+              .option("includeHeaders", str(spec.format == "raw").lower())
               .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    return (pipelines.get(args.suite).parse(reader.load()).writeStream.format("streamfill_postgres")
-            .options(**sink_options(args.job, args.table, "append-new", url))
+    rows = rows_of(spec, reader.load())
+    options = sink_options(spec, args.job, args.table, spec.mode, url)
+    prepare_table(options, rows.schema)
+    return rows, options
+
+
+def start(spark, args: StreamArgs, bootstrap: str, url: str, plan=None):
+    rows, options = plan or query_plan(spark, args, bootstrap, url)
+    return (rows.writeStream.format("streamfill_postgres")
+            .options(**options)
             .option("checkpointLocation", str(args.checkpoint))
             .queryName(f"streamfill-{args.job}")
             .trigger(**parse_trigger(args.trigger)).start())
@@ -99,13 +127,14 @@ def start(spark, args: StreamArgs, bootstrap: str, url: str):
 def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event,
         on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
     """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches."""
+    plan = query_plan(spark, args, bootstrap, url)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
     first_batch = store.last_batch_id(args.job)
     started = time.monotonic()
     summary = StreamSummary(args.job, "succeeded")
     with recorded_run(store, args.job, spark.sparkContext.applicationId) as run_row:
-        query = start(spark, args, bootstrap, url)
+        query = start(spark, args, bootstrap, url, plan)
         seen = -1
         try:
             while query.isActive:

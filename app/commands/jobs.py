@@ -1,64 +1,75 @@
-"""`streamfill stream` and `streamfill backfill`: the same launches as spark-submit of spark_jobs/stream.py and
-spark_jobs/backfill.py, with the same flags; arguments are checked before a JVM starts."""
+"""`streamfill jobs list | check`: the pipeline entries of the jobs file, and what an entry will create."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
+from rich.table import Table
 
-from spark_jobs.runs import fail
+from spark_jobs.runs import console, fail
 
-JobOpt = Annotated[str, typer.Option("--job", help="the job name (offsets_db keeps its offsets under it)")]
-MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
-SuiteOpt = Annotated[str, typer.Option("--suite", help="the pipeline that parses the topic")]
+app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs file (one per topic).")
 
 
-def stream(
-    job: JobOpt,
-    topic: Annotated[str, typer.Option("--topic", help="Kafka topic of JSON order events")],
-    table: Annotated[str, typer.Option("--table", help="target table (schema.table allowed); created when missing")],
-    trigger: Annotated[str, typer.Option("--trigger", help="available-now, or an interval such as 5s")] = "5s",
-    max_offsets_per_trigger: Annotated[Optional[int], typer.Option(
-        "--max-offsets-per-trigger", help="at most this many offsets per micro-batch")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option(
-        "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
-    suite: SuiteOpt = "orders",
-    master: MasterOpt = None,
-) -> None:
-    """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
-    from spark_jobs import stream as job_module
+@app.command("list")
+def list_jobs() -> None:
+    """Every entry with its source, format, table and the DAGs it gives."""
+    from spark_jobs.pipelines import jobs_file, load
     from streamfill.errors import StreamfillError
 
     try:
-        args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
-                                                max_offsets_per_trigger=max_offsets_per_trigger,
-                                                checkpoint=checkpoint, suite=suite)
+        entries = load()
     except StreamfillError as exc:
         raise fail(exc) from None
-    job_module.launch(args, master)
+    table = Table(title=f"pipelines in {jobs_file()} (and jobs.d/)")
+    for col in ("job", "source", "format", "table", "key / mode", "DAGs"):
+        table.add_column(col, overflow="fold")
+    for name, spec in entries.items():
+        kind, source = spec.topics_option
+        dags = [f"streamfill_stream__{name}", f"streamfill_stream_health__{name}", f"streamfill_quality__{name}"]
+        if spec.topic is not None:
+            dags.insert(2, f"streamfill_interval__{name}")
+            dags.append("streamfill_replay")
+        table.add_row(name, f"{'pattern ' if kind == 'subscribePattern' else ''}{source}", spec.format, spec.table,
+                      f"{', '.join(spec.key)} / {spec.mode}", "\n".join(dags))
+    console.print(table)
 
 
-def backfill(
-    job: JobOpt,
-    topic: Annotated[str, typer.Option("--topic", help="Kafka topic of JSON order events")],
-    frm: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
-    to: Annotated[str, typer.Option("--to", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
-    table: Annotated[Optional[str], typer.Option(
-        "--table", help="target table (default: JOB with - and . as _)")] = None,
-    mode: Annotated[str, typer.Option(
-        "--mode", help="append-new (keep existing rows) or replace (upsert)")] = "append-new",
-    chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = 500_000,
-    suite: SuiteOpt = "orders",
-    master: MasterOpt = None,
-) -> None:
-    """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
-    from spark_jobs import backfill as job_module
+@app.command("check")
+def check(file: Annotated[Optional[Path], typer.Argument(
+        help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
+    """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
+    from spark_jobs.pipelines import load, read
+    from spark_jobs.pipelines.expectations import extra
+    from spark_jobs.pipelines.spec import COORDINATES
     from streamfill.errors import StreamfillError
 
     try:
-        args = job_module.BackfillArgs.from_flags(job=job, topic=topic, frm=frm, to=to, table=table, mode=mode,
-                                                  chunk_size=chunk_size, suite=suite)
+        entries = read(file) if file else load()
+        for spec in entries.values():
+            extra(spec)  # the quality: list, against Great Expectations
     except StreamfillError as exc:
         raise fail(exc) from None
-    job_module.launch(args, master)
+    coordinates = {"topic": "text", "partition": "integer", "offset": "bigint", "kafka_timestamp": "timestamptz"}
+    for name, spec in entries.items():
+        table = Table(title=f"job {name}: table {spec.table} ({spec.format}, key {', '.join(spec.key)}, {spec.mode})")
+        for col in ("column", "type", "rules"):
+            table.add_column(col, overflow="fold")
+        for column in COORDINATES:
+            table.add_row(column, coordinates[column], "Kafka coordinates")
+        if spec.format == "raw":
+            for column, pg in (("key", "bytea"), ("value", "bytea"), ("headers", "jsonb")):
+                table.add_row(column, pg, "as the record came")
+        for column, c in spec.columns.items():
+            rules = c.rules() + (["key"] if column in spec.key else [])
+            source = f" (field {c.field})" if c.field else ""
+            table.add_row(column, c.column_type.postgres, escape(", ".join(rules) + source))
+        for column, expression in spec.derived.items():
+            table.add_row(column, "from Spark SQL", escape(expression))
+        console.print(table)
+        if spec.quality:
+            console.print("  quality: " + "; ".join(next(iter(q)) for q in spec.quality), highlight=False)
+    console.print(f"{len(entries)} job(s) valid", highlight=False)

@@ -6,6 +6,7 @@ here: the exactly-once protocol (`offsets_db.exactly_once`) moves dead letters a
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
 from streamfill.errors import OptionError, SinkError
+
+log = logging.getLogger("streamfill.postgres_target")
 
 MODES = ("append-new", "replace")
 DEFAULT_KEY = ("topic", "partition", "offset")
@@ -82,8 +85,12 @@ def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
 
 
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],
-            owner: str, dead_letters: bool = False) -> Target:
-    """Create the target when missing, check it when it exists, and create its staging table."""
+            owner: str, dead_letters: bool = False, evolve: bool = False) -> Target:
+    """Create the target when missing, check it when it exists, and create its staging table.
+
+    An existing table must have every written column with the same type (the error gives the statement to
+    run). With `evolve`, a column it lacks is added, nullable, and columns it has that are not written are
+    reported in the log and left as they are."""
     with conn.cursor() as cur:
         if schema is None:
             cur.execute("SELECT current_schema()")
@@ -91,9 +98,7 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
         shape = ",".join(f"{c.name}:{c.pg_type}" for c in columns) + ("|dead-letters" if dead_letters else "")
         target = Target(schema, table, tuple(columns), tuple(key), stage_name(schema, table, owner, shape),
                         dead_letters)
-        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
-                    (schema, table))
-        existing = {r[0] for r in cur.fetchall()}
+        existing = existing_columns(cur, schema, table)
         if not existing:
             cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, UNIQUE ({}))").format(
                 target.ident,
@@ -101,7 +106,7 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
                                    for c in columns),
                 sql.SQL(", ").join(map(sql.Identifier, key))))
         else:
-            _check_existing(cur, target, existing)
+            _check_existing(cur, target, existing, evolve)
         extra = [sql.SQL("NULL::{} AS {}").format(sql.SQL(t), sql.Identifier(n))
                  for n, t in (DEAD_LETTER_COLUMNS if dead_letters else ())]
         cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} AS SELECT {}, ''::text AS _sf_write_id "
@@ -111,11 +116,53 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
     return target
 
 
-def _check_existing(cur, target: Target, existing: set[str]) -> None:
-    missing = [c for c in target.names if c not in existing]
-    if missing:
-        raise SinkError(f"table {target.schema}.{target.table} has no column(s) {', '.join(missing)} that the "
+# format_type() spells some types out; the sink's own names are the short ones
+_TYPE_NAMES = {"timestamp with time zone": "timestamptz", "timestamp without time zone": "timestamp",
+               "character varying": "varchar", "numeric": "numeric"}
+
+
+def normal_type(pg_type: str) -> str:
+    """`numeric(12, 2)` and `numeric(12,2)`, `timestamptz` and `timestamp with time zone` compare equal."""
+    text = " ".join(pg_type.lower().replace(", ", ",").split())
+    return _TYPE_NAMES.get(text, text)
+
+
+def existing_columns(cur, schema: str, table: str) -> dict[str, str]:
+    """Column name -> type of an existing table, in order (empty when the table does not exist)."""
+    cur.execute("""
+        SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum""", (schema, table))
+    return dict(cur.fetchall())
+
+
+def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool) -> None:
+    name = f"{target.schema}.{target.table}"
+    differ = [(c, existing[c.name]) for c in target.columns
+              if c.name in existing and normal_type(existing[c.name]) != normal_type(c.pg_type)]
+    if differ:
+        c, have = differ[0]
+        raise SinkError(
+            f"table {name} has column {c.name} of type {have}, but it is written as {c.pg_type}"
+            + (f" ({len(differ) - 1} more column(s) differ)" if len(differ) > 1 else "")
+            + ". Change the column (ALTER TABLE "
+            f"{target.ident.as_string(cur)} ALTER COLUMN {sql.Identifier(c.name).as_string(cur)} TYPE {c.pg_type} "
+            f"USING {sql.Identifier(c.name).as_string(cur)}::{c.pg_type}), or write into a new table")
+    missing = [c for c in target.columns if c.name not in existing]
+    if missing and not evolve:
+        raise SinkError(f"table {name} has no column(s) {', '.join(c.name for c in missing)} that the "
                         "DataFrame writes. Add them (ALTER TABLE ... ADD COLUMN) or select only existing columns")
+    for c in missing:
+        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+            target.ident, sql.Identifier(c.name), sql.SQL(c.pg_type)))
+        log.warning("table %s: column %s %s added (rows written before have it null)", name, c.name, c.pg_type)
+    if evolve:
+        left = [col for col in existing if col not in target.names]
+        if left:
+            log.warning("table %s: column(s) %s are no longer written and are left as they are", name,
+                        ", ".join(left))
     cur.execute("""
         SELECT array_agg(a.attname::text ORDER BY a.attname)
         FROM pg_index i
@@ -124,11 +171,10 @@ def _check_existing(cur, target: Target, existing: set[str]) -> None:
         GROUP BY i.indexrelid""", (target.ident.as_string(cur),))
     if sorted(target.key) not in [sorted(r[0]) for r in cur.fetchall()]:
         raise SinkError(
-            f"table {target.schema}.{target.table} has no unique index on ({', '.join(target.key)}), which the "
+            f"table {name} has no unique index on ({', '.join(target.key)}), which the "
             "sink needs to keep each record once. Create one: CREATE UNIQUE INDEX ON "
             f"{target.ident.as_string(cur)} ({sql.SQL(', ').join(map(sql.Identifier, target.key)).as_string(cur)}), "
-            "or set keyColumns to the "
-            "columns of an existing unique index")
+            "or set keyColumns to the columns of an existing unique index")
 
 
 def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
@@ -154,13 +200,18 @@ def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
         cur.execute("ROLLBACK TO SAVEPOINT sf_move")
     others = [c for c in target.names if c not in target.key]
     if mode == "replace" and others:
-        # an upsert may not touch one row twice: one staged row per key
-        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
-            sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others))
-        pick = (sql.SQL("DISTINCT ON ({}) ").format(key), sql.SQL(" ORDER BY {}").format(key))
+        # an upsert may not touch one row twice: one staged row per key, the one with the highest offset; and
+        # a row already there is replaced only by a record at or after its offset (records of one key share a
+        # partition, so a replayed old range never overwrites a newer version)
+        newest = "offset" in target.names and "offset" not in target.key
+        action = sql.SQL("DO UPDATE SET {}{}").format(sql.SQL(", ").join(
+            sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others),
+            sql.SQL(' WHERE t."offset" <= EXCLUDED."offset"') if newest else sql.SQL(""))
+        order = sql.SQL(' ORDER BY {}, "offset" DESC').format(key) if newest else sql.SQL(" ORDER BY {}").format(key)
+        pick = (sql.SQL("DISTINCT ON ({}) ").format(key), order)
     else:
         action, pick = sql.SQL("DO NOTHING"), (sql.SQL(""), sql.SQL(""))
-    cur.execute(sql.SQL("INSERT INTO {t} ({cols}) ").format(t=target.ident, cols=cols) + source.format(
+    cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) ").format(t=target.ident, cols=cols) + source.format(
         distinct=pick[0], cols=cols, s=target.stage_ident, valid=valid, order=pick[1])
         + sql.SQL(" ON CONFLICT ({key}) {action}").format(key=key, action=action), params)
     return cur.rowcount

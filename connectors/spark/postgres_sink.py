@@ -9,7 +9,9 @@ attempts are never named, so they never land; each commit clears what they left 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -92,6 +94,12 @@ class SinkPlan:
     own_stage: bool  # a stage of this write alone (no job): dropped at the end
 
 
+def prepare_table(options: dict, schema: StructType) -> None:
+    """Create, check or evolve the target now, on the driver, before a query reads anything: what the sink
+    does when Spark first asks it for a writer."""
+    _plan(options, schema, False)
+
+
 def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
     opts = {k.lower(): v for k, v in options.items()}
     if overwrite:
@@ -102,10 +110,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
     job = opts.get("job")
     if job is not None:
         validate_job_name(job)
-    raw_dl = str(opts.get("deadletters", "false")).lower()
-    if raw_dl not in ("true", "false"):
-        raise OptionError("deadLetters", opts["deadletters"], "is not a boolean", "Use true or false")
-    dead_letters = raw_dl == "true"
+    dead_letters = _bool(opts, "deadLetters")
     staged_only = tuple(n for n, _ in target.DEAD_LETTER_COLUMNS) if dead_letters else ()
     if dead_letters:
         missing = [n for n in (*staged_only, "topic", "partition", "offset") if n not in schema.fieldNames()]
@@ -113,8 +118,11 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
             raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
                               f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
                               f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
-    columns = [Column(f.name, pg_type(f.name, f.dataType)) for f in schema.fields if f.name not in staged_only]
+    declared = _column_types(opts.get("columntypes"), schema.fieldNames())
+    columns = [Column(f.name, declared.get(f.name) or pg_type(f.name, f.dataType)) for f in schema.fields
+               if f.name not in staged_only]
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
+    evolve = _bool(opts, "evolveSchema")
     url = opts.get("url") or default_db_url()
     owner = job or f"write-{uuid.uuid4().hex}"
     try:
@@ -126,10 +134,44 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
     try:
         if job is not None:
             _require_offsets_db(conn, url)
-        tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters)
+        tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters, evolve)
     finally:
         conn.close()
     return SinkPlan(url, tgt, mode, job, own_stage=job is None)
+
+
+# the PostgreSQL types a `columnTypes` option may name (they are written into CREATE TABLE as they are)
+_PG_TYPE = re.compile(r"text|integer|bigint|smallint|real|double precision|numeric\(\d{1,2}, ?\d{1,2}\)|boolean|date|"
+                      r"timestamptz|timestamp|jsonb|bytea")
+
+
+def _column_types(raw: str | None, names: list[str]) -> dict[str, str]:
+    """`columnTypes`: JSON {column: PostgreSQL type} for columns whose Spark type alone does not say (json text
+    kept as jsonb, a declared numeric(p,s))."""
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError("columnTypes", raw, f"is not valid JSON ({exc.msg})", 'Write it as {"meta": "jsonb"}') from None
+    if not isinstance(parsed, dict):
+        raise OptionError("columnTypes", raw, "must map column names to types", 'Write it as {"meta": "jsonb"}')
+    for name, pg in parsed.items():
+        if name not in names:
+            raise OptionError("columnTypes", raw, f"column {name!r} is not in the DataFrame",
+                              f"Name columns that exist ({', '.join(names)})")
+        if not isinstance(pg, str) or not _PG_TYPE.fullmatch(pg):
+            raise OptionError("columnTypes", raw, f"type {pg!r} of column {name} is not one the sink writes",
+                              "Use text, integer, bigint, double precision, numeric(p,s), boolean, date, timestamptz, "
+                              "jsonb or bytea")
+    return parsed
+
+
+def _bool(opts: dict, name: str) -> bool:
+    raw = str(opts.get(name.lower(), "false")).lower()
+    if raw not in ("true", "false"):
+        raise OptionError(name, opts[name.lower()], "is not a boolean", "Use true or false")
+    return raw == "true"
 
 
 def _require_offsets_db(conn, url: str) -> None:

@@ -1,3 +1,2 @@
-"""The demo: order events as JSON (`events`), a producer for them (`produce`), and the `orders` pipeline's
-parse, rules and quality suite (`orders`). An example like any user's pipeline: generic code never imports it;
-the pipeline registry (`spark_jobs.pipelines`) names it."""
+"""The demo: order events as JSON (`events`) and a producer for them (`produce`, `streamfill produce`). Its
+pipeline, `orders`, is an entry of dags/streamfill_jobs.yaml like any user's; generic code never imports the demo."""

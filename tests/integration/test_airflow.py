@@ -41,6 +41,15 @@ def jobs_file(tmp_path, topic_name) -> Path:
             table: {topic_name}_events
             trigger: 2s
             interval_table: {topic_name}_hourly
+            columns:
+              event_id:   {{type: string, required: true, max_length: 36}}
+              user_id:    {{type: bigint, required: true, min: 1}}
+              event_type: {{type: string, required: true, in: [view, cart, order, refund]}}
+              amount:     {{type: "decimal(12,2)", required: true, min: 0, max: 100000}}
+              currency:   {{type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}}
+              event_time: {{type: timestamp, required: true}}
+            quality:
+              - expect_column_values_to_be_unique: {{column: event_id}}
     """))
     return path
 
@@ -159,7 +168,8 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
 
     # the stream's table, then its scheduled quality DAG: passes, then fails on rows that break rules
     stream.run(stream.StreamArgs(topic_name, topic_name, f"{topic_name}_events", tmp_path / "ckpt",
-                                 "available-now", None), spark, bootstrap, stack_settings.offsets_db_url,
+                                 "available-now", None, pipeline="orders"), spark, bootstrap,
+               stack_settings.offsets_db_url,
                threading.Event())
     ok = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
     assert ok.returncode == 0, ok.stdout[-4000:]
@@ -176,14 +186,15 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     failed = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
     assert failed.returncode != 0
     log = failed.stdout + failed.stderr
-    assert "FAIL event_id is unique" in log, log[-6000:]
+    assert "FAIL expect_column_values_to_be_unique(column=event_id" in log, log[-6000:]
     assert "FAIL expect_column_values_to_be_between(column=amount" in log, log[-6000:]
     stored = query(db, "SELECT success, result FROM quality_results q JOIN jobs j ON j.id = q.job_id "
                        "WHERE j.name = :j ORDER BY q.id", j=topic_name)
     assert [s for s, _ in stored] == [True, False]
     failing = [(e["expectation_type"], e["kwargs"].get("column")) for e in stored[1][1]["expectations"]
                if not e["success"]]
-    assert sorted(failing) == [("expect_column_values_to_be_between", "amount"), ("unexpected_rows_expectation", None)]
+    assert sorted(failing) == [("expect_column_values_to_be_between", "amount"),
+                               ("expect_column_values_to_be_unique", "event_id")]
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +235,15 @@ def dropped_job(stack_settings, topic_name):
             topic: {topic_name}
             table: {topic_name}_events
             interval_table: {topic_name}_hourly
+            columns:
+              event_id:   {{type: string, required: true, max_length: 36}}
+              user_id:    {{type: bigint, required: true, min: 1}}
+              event_type: {{type: string, required: true, in: [view, cart, order, refund]}}
+              amount:     {{type: "decimal(12,2)", required: true, min: 0, max: 100000}}
+              currency:   {{type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}}
+              event_time: {{type: timestamp, required: true}}
+            quality:
+              - expect_column_values_to_be_unique: {{column: event_id}}
     """))
     reserialize(stack_settings)
     yield topic_name

@@ -56,6 +56,8 @@ def all_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, i
 
 def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`streamfill ...` as its own process group, so a failpoint's SIGKILL takes the JVM and workers too."""
+    if args[0] in ("stream", "backfill"):  # the demo's events, parsed by the orders entry
+        args = (*args, "--pipeline", "orders")
     return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, start_new_session=True,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -70,7 +72,7 @@ def test_the_stream_lands_exactly_the_valid_events_and_dead_letters_the_bad_ones
                                                                                 db, topic_name, tmp_path):
     valid, bad = demo_topic(bootstrap, topic_name, 4000, 0.05)
     job, table = f"{topic_name}-stream", f"{topic_name}_events"
-    args = stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 1500)
+    args = stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 1500, pipeline="orders")
     summary = stream.run(args, spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
 
     ids, dead, offsets = landed(db, table, job)
@@ -100,7 +102,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
 
     # by offsets: [100, 400) of partition 0 and [50, end) of partition 1
     by_offsets = backfill.BackfillArgs(f"{topic_name}-offsets", topic_name, '{"0": 100, "1": 50}', '{"0": 400}',
-                                       f"{topic_name}_by_offsets", chunk_size=250)
+                                       f"{topic_name}_by_offsets", chunk_size=250, pipeline="orders")
     summary = backfill.run(by_offsets, spark, bootstrap, url)
     want = {(m.partition(), m.offset()) for m in every
             if (m.partition() == 0 and 100 <= m.offset() < 400) or (m.partition() == 1 and m.offset() >= 50)}
@@ -111,7 +113,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
     # by times: records stamped in [base + 300, base + 900)
     iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731
     by_times = backfill.BackfillArgs(f"{topic_name}-times", topic_name, iso(base + 300), iso(base + 900),
-                                     f"{topic_name}_by_times", chunk_size=10_000)
+                                     f"{topic_name}_by_times", chunk_size=10_000, pipeline="orders")
     backfill.run(by_times, spark, bootstrap, url)
     want = {(m.partition(), m.offset()) for m in every if base + 300 <= m.timestamp()[1] < base + 900}
     assert len(want) == 600
@@ -268,7 +270,8 @@ def test_the_stream_on_a_standalone_cluster_gives_the_same_table_as_local_mode(
         spark, stack_settings, bootstrap, db, topic_name, tmp_path, standalone_cluster):
     demo_topic(bootstrap, topic_name, 3000, 0.05)
     local, remote = f"{topic_name}_local", f"{topic_name}_cluster"
-    stream.run(stream.StreamArgs(f"{topic_name}-local", topic_name, local, tmp_path / "c1", "available-now", 1000),
+    stream.run(stream.StreamArgs(f"{topic_name}-local", topic_name, local, tmp_path / "c1", "available-now", 1000,
+                                 pipeline="orders"),
                spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
     code, out = finish(cli("stream", "--job", f"{topic_name}-cluster", "--topic", topic_name, "--table", remote,
                            "--trigger", "available-now", "--max-offsets-per-trigger", "1000", "--checkpoint",

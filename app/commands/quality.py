@@ -1,0 +1,41 @@
+"""`streamfill quality --job NAME [--table T]`: an entry's Great Expectations suite on its table, now."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Optional
+
+import typer
+
+from spark_jobs.runs import console, fail, unreachable
+from streamfill.settings import get_settings
+
+
+def quality(
+    job: Annotated[str, typer.Option("--job", help="the entry (and offsets_db job) whose table to check")],
+    table: Annotated[Optional[str], typer.Option("--table", help="the table (default: the entry's)")] = None,
+    pipeline: Annotated[Optional[str], typer.Option(
+        "--pipeline", help="the entry whose rules apply (default: --job's)")] = None,
+    fresh_minutes: Annotated[Optional[int], typer.Option(
+        "--fresh-minutes", min=1, help="also check the newest record is at most this old")] = None,
+) -> None:
+    """Run the suite: one PASS or FAIL line per expectation, stored in quality_results; exit 1 on a failure."""
+    from sqlalchemy.exc import OperationalError
+
+    from spark_jobs import pipelines
+    from spark_jobs import quality as q
+    from streamfill.errors import QualityFailed, StreamfillError
+
+    url = get_settings().offsets_db_url
+    try:
+        spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+        outcome = q.validate(url, table or spec.table, job, pipeline=spec.name, whole_table=True,
+                             freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
+        q.require(outcome)
+    except QualityFailed:
+        raise typer.Exit(1) from None
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    except OperationalError as exc:
+        raise unreachable(url, exc) from None
+    console.print("all expectations met", highlight=False)

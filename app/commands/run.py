@@ -1,0 +1,68 @@
+"""`streamfill stream` and `streamfill backfill`: the same launches as spark-submit of spark_jobs/stream.py and
+spark_jobs/backfill.py, with the same flags; arguments are checked before a JVM starts. With --job naming an
+entry of the jobs file, everything else comes from the entry; flags override it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from spark_jobs.runs import fail
+
+JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
+PipelineOpt = Annotated[Optional[str], typer.Option(
+    "--pipeline", help="the entry whose format, columns and rules parse the topic (default: --job's entry)")]
+MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
+
+
+def stream(
+    job: JobOpt,
+    topic: Annotated[Optional[str], typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
+    table: Annotated[Optional[str], typer.Option(
+        "--table", help="target table, schema.table allowed (default: the entry's)")] = None,
+    trigger: Annotated[Optional[str], typer.Option(
+        "--trigger", help="available-now, or an interval such as 5s (default: the entry's)")] = None,
+    max_offsets_per_trigger: Annotated[Optional[int], typer.Option(
+        "--max-offsets-per-trigger", help="at most this many offsets per micro-batch")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(
+        "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
+    pipeline: PipelineOpt = None,
+    master: MasterOpt = None,
+) -> None:
+    """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
+    from spark_jobs import stream as job_module
+    from streamfill.errors import StreamfillError
+
+    try:
+        args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
+                                                max_offsets_per_trigger=max_offsets_per_trigger,
+                                                checkpoint=checkpoint, pipeline=pipeline)
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    job_module.launch(args, master)
+
+
+def backfill(
+    job: JobOpt,
+    frm: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
+    to: Annotated[str, typer.Option("--to", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
+    topic: Annotated[Optional[str], typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
+    table: Annotated[Optional[str], typer.Option(
+        "--table", help="target table (default: the entry's; with --topic, JOB with - and . as _)")] = None,
+    mode: Annotated[Optional[str], typer.Option(
+        "--mode", help="append-new (keep existing rows) or replace (upsert); default: the entry's")] = None,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = 500_000,
+    pipeline: PipelineOpt = None,
+    master: MasterOpt = None,
+) -> None:
+    """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
+    from spark_jobs import backfill as job_module
+    from streamfill.errors import StreamfillError
+
+    try:
+        args = job_module.BackfillArgs.from_flags(job=job, topic=topic, frm=frm, to=to, table=table, mode=mode,
+                                                  chunk_size=chunk_size, pipeline=pipeline)
+    except StreamfillError as exc:
+        raise fail(exc) from None
+    job_module.launch(args, master)

@@ -1,0 +1,18 @@
+"""Pipelines: one YAML entry per topic (design §7) becomes typed rows and dead letters (`compile`), a table,
+and quality checks from the same rules (`expectations`). `load` reads every entry of the jobs file."""
+
+from spark_jobs.pipelines.jobs_file import JobsFileError, jobs_file, load, read
+from spark_jobs.pipelines.spec import Column, Health, PipelineSpec
+
+__all__ = ["Column", "Health", "JobsFileError", "PipelineSpec", "entry", "jobs_file", "load", "read"]
+
+
+def entry(name: str, option: str = "--pipeline") -> PipelineSpec:
+    """The jobs file's entry `name`, or an OptionError listing the entries there are."""
+    from streamfill.errors import OptionError
+
+    entries = load()
+    if name not in entries:
+        raise OptionError(option, name, f"is not an entry of the jobs file {jobs_file()}",
+                          f"use one of {', '.join(sorted(entries)) or 'none yet'}, or add an entry under jobs:")
+    return entries[name]

@@ -1,0 +1,161 @@
+"""One compiler from a pipeline entry to a Spark plan, used by the stream, the backfill, the interval and the
+replay: read the value (JSON as text, Avro decoded in Python into the same JSON text, or raw bytes), type every
+column explicitly (so a wrong type is a reason, not a silent null), check each rule, add derived columns.
+
+The result has Kafka's coordinates, the entry's columns, `_error` (null for a valid row, else the first rule
+broken: `amount above max 1000000: 2500000`) and `_raw` (the value of a dead letter, null otherwise), the two
+columns `streamfill_postgres` turns into dead letters. Records that PostgreSQL could not store as they are (a NUL
+character in text, invalid UTF-8, a number too large for its column) are dead letters too: one bad record never
+fails a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.pipelines.spec import Column, PipelineSpec
+from spark_jobs.pipelines.types import NUMERIC
+
+CORRUPT = "_corrupt"
+NUL = "\u0000"
+
+
+def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Kafka's rows (Spark's Kafka schema) into the entry's table rows with `_error` and `_raw`."""
+    coordinates = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp").alias("kafka_timestamp")]
+    if spec.format == "raw":
+        return kafka.select(*coordinates, "key", "value", _headers(kafka), F.lit(None).cast("string").alias("_error"),
+                            F.lit(None).cast("binary").alias("_raw"))
+    if spec.format == "avro":
+        kafka = decode_avro(kafka, spec)
+    fields = sorted({(c.field or name).split(".")[0] for name, c in spec.columns.items()})
+    schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
+    text = F.col("value").cast("string")
+    original = F.col("_original") if spec.format == "avro" else F.col("value")  # what a dead letter keeps
+    base = kafka.select(*coordinates, F.col("value").alias("_value"), original.alias("_original"),
+                        F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+                        .alias("j"), *([F.col("_avro_error")] if spec.format == "avro" else []))
+    raws = {name: _raw_field(c.field or name) for name, c in spec.columns.items()}
+    # typed once, in a projection of their own, so each cast is computed once
+    typed = base.select("*", *[F.struct(raw.alias("raw"), _typed(raw, c).alias("v")).alias(f"_c_{name}")
+                               for (name, c), raw in zip(spec.columns.items(), raws.values())])
+    error = _first_error(spec, typed)
+    rows = typed.select(
+        "topic", "partition", "offset", "kafka_timestamp",
+        *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns],
+        error.alias("_error"), F.col("_original"))
+    derived = [F.expr(sql).alias(name) for name, sql in spec.derived.items()]
+    return rows.select("topic", "partition", "offset", "kafka_timestamp", *spec.columns, *derived, "_error",
+                       F.when(F.col("_error").isNotNull(), F.col("_original")).alias("_raw"))
+
+
+def _headers(kafka: DataFrame) -> SparkColumn:
+    if "headers" in kafka.columns:
+        return F.col("headers")
+    return F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers")
+
+
+def _raw_field(path: str) -> SparkColumn:
+    """The field's JSON text: top-level fields come from from_json as text (objects and arrays as their JSON);
+    a path such as customer.id goes into that text."""
+    first, _, rest = path.partition(".")
+    top = F.col("j").getField(first)
+    return F.get_json_object(top, f"$.{rest}") if rest else top
+
+
+def _typed(raw: SparkColumn, c: Column) -> SparkColumn:
+    t = c.column_type
+    if t.name in ("string", "json"):
+        return raw
+    if t.name == "boolean":
+        return F.when(F.lower(raw) == "true", F.lit(True)).when(F.lower(raw) == "false", F.lit(False))
+    if t.name == "timestamp":
+        return F.try_to_timestamp(raw)
+    if t.name in ("array", "struct"):
+        return F.from_json(raw, t.spark)
+    return raw.try_cast(t.spark)
+
+
+def _first_error(spec: PipelineSpec, typed: DataFrame) -> SparkColumn:
+    """The first rule a record breaks, in the order a reader checks: the value as a whole, then each column in
+    the entry's order (required, type, storable, min, max, in, pattern, max_length)."""
+    value = F.col("_value")
+    checks: list[tuple[SparkColumn, SparkColumn]] = [
+        (value.isNull(), F.lit("empty value")),
+        (~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")),
+    ]
+    if spec.format == "avro":
+        checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
+    checks.append((F.col("j").isNull() | F.col(f"j.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
+    keys = set(spec.key)
+    for name, c in spec.columns.items():
+        raw, v = F.col(f"_c_{name}.raw"), F.col(f"_c_{name}.v")
+        checks += _column_checks(name, c, raw, v, required=c.required or name in keys)
+    out = F.lit(None).cast("string")
+    for cond, reason in reversed(checks):  # the first rule broken wins
+        out = F.when(cond, reason).otherwise(out)
+    return out
+
+
+def _invalid_utf8(value: SparkColumn) -> SparkColumn:
+    """Spark's binary-to-string cast replaces invalid bytes; a round trip that changes the bytes shows them."""
+    return F.encode(F.decode(value, "UTF-8"), "UTF-8") != value
+
+
+def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
+                   required: bool) -> list[tuple[SparkColumn, SparkColumn]]:
+    t = c.column_type
+    shown = F.coalesce(raw, F.lit("null"))
+    out: list[tuple[SparkColumn, SparkColumn]] = []
+    if required:
+        out.append((raw.isNull(), F.lit(f"missing field {name} (required)")))
+    if t.name in NUMERIC:
+        too_large = raw.isNotNull() & v.isNull() & raw.try_cast("double").isNotNull()
+        out.append((too_large, F.concat(F.lit(f"{name} out of range for {t}: "), shown)))
+    if t.name not in ("string", "json"):
+        article = "an" if str(t)[0] in "aeiou" else "a"
+        out.append((raw.isNotNull() & v.isNull(), F.concat(F.lit(f"{name} is not {article} {t}: "), shown)))
+    if t.name == "string" or t.nested:
+        nul = F.instr(raw, NUL) > 0
+        if t.nested:
+            nul = nul | raw.contains("\\u0000")
+        out.append((nul, F.lit(f"{name} contains a NUL character (\\u0000), which PostgreSQL cannot store")))
+    if c.min is not None:
+        out.append((v < _bound(c.min, c), F.concat(F.lit(f"{name} below min {c.min}: "), shown)))
+    if c.max is not None:
+        out.append((v > _bound(c.max, c), F.concat(F.lit(f"{name} above max {c.max}: "), shown)))
+    if c.in_ is not None:
+        allowed = ", ".join(map(str, c.in_))
+        out.append((~v.isin(*c.in_), F.concat(F.lit(f"{name} not in [{allowed}]: "), shown)))
+    if c.pattern is not None:
+        out.append((~raw.rlike(c.pattern), F.concat(F.lit(f"{name} does not match pattern {c.pattern}: "), shown)))
+    if c.max_length is not None:
+        out.append((F.length(raw) > c.max_length,
+                    F.concat(F.lit(f"{name} longer than max_length {c.max_length}: "), F.length(raw).cast("string"),
+                             F.lit(" characters"))))
+    return out
+
+
+def _bound(value, c: Column) -> SparkColumn:
+    return F.lit(str(value)).try_cast(c.column_type.spark)
+
+
+def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Avro values decoded in Python (fastavro, inside the read's own tasks) into JSON text, so Avro and JSON share
+    one typed path; `_avro_error` says why a value did not decode. Measured faster here than the JVM's from_avro,
+    which also needs the spark-avro jar."""
+    import json as _json
+
+    schema, wire = _json.loads(spec.avro_schema_path.read_text()), spec.avro_wire_format
+    out_schema = kafka.schema.add("_avro_error", "string").add("_original", "binary")
+
+    def decode(batches: Iterator) -> Iterator:
+        from spark_jobs.pipelines.avro import to_json_batches
+
+        yield from to_json_batches(batches, schema, wire)
+
+    return kafka.mapInArrow(decode, out_schema)
