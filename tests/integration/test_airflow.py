@@ -328,3 +328,58 @@ def test_the_stream_dag_restarts_a_job_killed_from_outside_and_ends_exactly_once
         dead = query(db, 'SELECT count(DISTINCT "offset") FROM dead_letters WHERE topic = \'orders\' '
                          'AND partition = :p AND "offset" < :e', p=p, e=e)[0][0]
         assert rows + dead == e, f"partition {p}: {rows} rows + {dead} dead letters != {e} offsets"
+
+
+@pytest.fixture
+def sensors_job(stack_settings, topic_name):
+    """A pipeline of another shape than the demo's, added by dropping one file in dags/jobs.d/."""
+    from streamfill import REPO_ROOT
+
+    path = REPO_ROOT / "dags" / "jobs.d" / f"{topic_name}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(textwrap.dedent(f"""\
+        jobs:
+          {topic_name}:
+            topic: {topic_name}
+            columns:
+              sensor:  {{type: string, required: true, pattern: "^s[0-9]+$"}}
+              reading: {{type: double, required: true, min: -50, max: 150}}
+              place:   {{type: "struct<site:string,floor:int>"}}
+            table: {topic_name}_readings
+            quality:
+              - expect_column_values_to_not_be_null: {{column: place}}
+    """))
+    reserialize(stack_settings)
+    yield topic_name
+    path.unlink()
+    reserialize(stack_settings)
+
+
+def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_rule_fails_it(api, bootstrap, db,
+                                                                                              sensors_job):
+    topic = sensors_job
+    ensure_topic(bootstrap, topic, 2)
+    records = [{"sensor": f"s{i}", "reading": i * 1.5, "place": {"site": "north", "floor": i % 3}} for i in range(40)]
+    records[5] = {"sensor": "x5", "reading": 1.0, "place": {"site": "n", "floor": 1}}  # breaks the pattern
+    produce_records(bootstrap, topic, [{"value": json.dumps(r).encode(), "partition": i % 2}
+                                       for i, r in enumerate(records)])
+    for dag in (f"streamfill_stream__{topic}", f"streamfill_interval__{topic}", f"streamfill_quality__{topic}"):
+        assert api.call("GET", f"/api/v2/dags/{dag}")["dag_id"] == dag
+    table = f"{topic}_replayed"
+    conf = {"job": topic, "from": "earliest", "to": "latest", "mode": "append-new", "table": table}
+    run_id = api.trigger("streamfill_replay", conf)
+    assert api.wait("streamfill_replay", run_id, timeout=900) == "success"
+    assert query(db, f'SELECT count(*), count(place) FROM "{table}"') == [(39, 39)]
+    replay_job = query(db, "SELECT name FROM jobs WHERE name LIKE :j", j=f"{topic}.replay.%")[0][0]
+    assert query(db, "SELECT error FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
+                 j=replay_job) == [("sensor does not match pattern ^s[0-9]+$: x5",)]
+    with db.begin() as conn:  # a rule broken on purpose: the same replay's suite must now fail, and say so
+        conn.execute(text(f'UPDATE "{table}" SET reading = 999 WHERE sensor = \'s7\''))
+    again = api.trigger("streamfill_replay", conf)
+    assert api.wait("streamfill_replay", again, timeout=900) == "failed"
+    stored = query(db, "SELECT success, result FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                       "WHERE j.name = :j ORDER BY q.id", j=replay_job)
+    assert [s for s, _ in stored] == [True, False]
+    failing = [(e["expectation_type"], e["kwargs"].get("column")) for e in stored[1][1]["expectations"]
+               if not e["success"]]
+    assert failing == [("expect_column_values_to_be_between", "reading")]
