@@ -153,7 +153,8 @@ def _column_types(raw: str | None, names: list[str]) -> dict[str, str]:
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise OptionError("columnTypes", raw, f"is not valid JSON ({exc.msg})", 'Write it as {"meta": "jsonb"}') from None
+        raise OptionError("columnTypes", raw, f"is not valid JSON ({exc.msg})",
+                          'Write it as {"meta": "jsonb"}') from None
     if not isinstance(parsed, dict):
         raise OptionError("columnTypes", raw, "must map column names to types", 'Write it as {"meta": "jsonb"}')
     for name, pg in parsed.items():

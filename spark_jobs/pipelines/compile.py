@@ -21,36 +21,48 @@ from spark_jobs.pipelines.spec import Column, PipelineSpec
 from spark_jobs.pipelines.types import NUMERIC
 
 CORRUPT = "_corrupt"
+
+
+def _coordinates() -> list[SparkColumn]:
+    return [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp").alias("kafka_timestamp")]
 NUL = "\u0000"
 
 
 def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Kafka's rows (Spark's Kafka schema) into the entry's table rows with `_error` and `_raw`."""
-    coordinates = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp").alias("kafka_timestamp")]
     if spec.format == "raw":
-        return kafka.select(*coordinates, "key", "value", _headers(kafka), F.lit(None).cast("string").alias("_error"),
+        return kafka.select(*_coordinates(), "key", "value", _headers(kafka),
+                            F.lit(None).cast("string").alias("_error"),
                             F.lit(None).cast("binary").alias("_raw"))
+    checked = check(kafka, spec)
+    valid = F.col("_error").isNull()
+    # a dead letter keeps only its bytes and reason: its typed values (a NUL, say) need not be storable
+    rows = checked.select("topic", "partition", "offset", "kafka_timestamp",
+                          *[F.when(valid, F.col(name)).alias(name) for name in spec.columns], "_error", "_original")
+    derived = [F.expr(sql).alias(name) for name, sql in spec.derived.items()]
+    return rows.select("topic", "partition", "offset", "kafka_timestamp", *spec.columns, *derived, "_error",
+                       F.when(~valid, F.col("_original")).alias("_raw"))
+
+
+def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Every record with its typed values and the first rule it breaks (`_error`), rejected ones included:
+    what `parse` keeps of valid records, and what tests compare with the rules' expectations."""
     if spec.format == "avro":
         kafka = decode_avro(kafka, spec)
     fields = sorted({(c.field or name).split(".")[0] for name, c in spec.columns.items()})
     schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
     text = F.col("value").cast("string")
     original = F.col("_original") if spec.format == "avro" else F.col("value")  # what a dead letter keeps
-    base = kafka.select(*coordinates, F.col("value").alias("_value"), original.alias("_original"),
+    base = kafka.select(*_coordinates(), F.col("value").alias("_value"), original.alias("_original"),
                         F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
                         .alias("j"), *([F.col("_avro_error")] if spec.format == "avro" else []))
-    raws = {name: _raw_field(c.field or name) for name, c in spec.columns.items()}
     # typed once, in a projection of their own, so each cast is computed once
-    typed = base.select("*", *[F.struct(raw.alias("raw"), _typed(raw, c).alias("v")).alias(f"_c_{name}")
-                               for (name, c), raw in zip(spec.columns.items(), raws.values())])
-    error = _first_error(spec, typed)
-    rows = typed.select(
-        "topic", "partition", "offset", "kafka_timestamp",
-        *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns],
-        error.alias("_error"), F.col("_original"))
-    derived = [F.expr(sql).alias(name) for name, sql in spec.derived.items()]
-    return rows.select("topic", "partition", "offset", "kafka_timestamp", *spec.columns, *derived, "_error",
-                       F.when(F.col("_error").isNotNull(), F.col("_original")).alias("_raw"))
+    typed = base.select("*", *[F.struct(_raw_field(c.field or name).alias("raw"), _typed(_raw_field(c.field or name),
+                                                                                         c).alias("v"))
+                               .alias(f"_c_{name}") for name, c in spec.columns.items()])
+    return typed.select("topic", "partition", "offset", "kafka_timestamp",
+                        *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns],
+                        _first_error(spec, typed).alias("_error"), "_original")
 
 
 def _headers(kafka: DataFrame) -> SparkColumn:
@@ -109,7 +121,8 @@ def _invalid_utf8(value: SparkColumn) -> SparkColumn:
 def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
                    required: bool) -> list[tuple[SparkColumn, SparkColumn]]:
     t = c.column_type
-    shown = F.coalesce(raw, F.lit("null"))
+    # the value as a reason shows it: at most 200 characters, a NUL as U+FFFD (a reason must be storable text)
+    shown = F.coalesce(F.substring(F.translate(raw, NUL, "\ufffd"), 1, 200), F.lit("null"))
     out: list[tuple[SparkColumn, SparkColumn]] = []
     if required:
         out.append((raw.isNull(), F.lit(f"missing field {name} (required)")))
@@ -151,7 +164,11 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     import json as _json
 
     schema, wire = _json.loads(spec.avro_schema_path.read_text()), spec.avro_wire_format
-    out_schema = kafka.schema.add("_avro_error", "string").add("_original", "binary")
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    # a new schema: StructType.add would change the input DataFrame's own
+    out_schema = StructType([*kafka.schema.fields, StructField("_avro_error", StringType()),
+                             StructField("_original", BinaryType())])
 
     def decode(batches: Iterator) -> Iterator:
         from spark_jobs.pipelines.avro import to_json_batches

@@ -242,7 +242,8 @@ class PipelineSpec(BaseModel):
         missing = [k for k in self.key if k not in known]
         if missing:
             raise ValueError(f"key column(s) {', '.join(missing)} are not columns of the table (columns: "
-                             f"{', '.join(known)}); name declared columns, e.g. key: [{next(iter(self.columns), 'id')}]")
+                             f"{', '.join(known)}); name declared columns, e.g. "
+                             f"key: [{next(iter(self.columns), 'id')}]")
         if len(set(self.key)) != len(self.key):
             raise ValueError(f"key {self.key} names a column twice")
         return self

@@ -107,7 +107,8 @@ def _parse(text: str, raw: str) -> tuple[ColumnType, str]:
             rest = rest.lstrip()
             name = _NAME.match(rest)
             if not name or not rest[name.end():].lstrip().startswith(":"):
-                raise TypeSyntaxError(f"type {raw!r}: struct fields are name:type, e.g. struct<id:bigint,country:string>")
+                raise TypeSyntaxError(f"type {raw!r}: struct fields are name:type, e.g. "
+                                      "struct<id:bigint,country:string>")
             field_type, rest = _parse(rest[name.end():].lstrip()[1:], raw)
             if name.group(0) in dict(fields):
                 raise TypeSyntaxError(f"type {raw!r}: struct field {name.group(0)!r} appears twice")

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 import urllib.parse
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -222,14 +223,26 @@ def test_a_replay_triggered_through_the_rest_api_lands_its_rows(api, bootstrap, 
         api.trigger("streamfill_replay", {**conf, "mode": "upsert"})
 
 
-@pytest.fixture
-def dropped_job(stack_settings, topic_name):
-    """A job of this test's own, added the way a user adds one: a file in dags/jobs.d/, parsed at once."""
+@contextmanager
+def dropped_file(stack_settings, name: str, body: str):
+    """A file in dags/jobs.d/, the way a user adds a pipeline, parsed at once; removed again at the end."""
     from streamfill import REPO_ROOT
 
-    path = REPO_ROOT / "dags" / "jobs.d" / f"{topic_name}.yaml"
+    path = REPO_ROOT / "dags" / "jobs.d" / f"{name}.yaml"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(textwrap.dedent(body))
+    reserialize(stack_settings)
+    try:
+        yield name
+    finally:
+        path.unlink()
+        reserialize(stack_settings)
+
+
+@pytest.fixture
+def dropped_job(stack_settings, topic_name):
+    """A job of this test's own, shaped like the demo's orders."""
+    with dropped_file(stack_settings, topic_name, f"""\
         jobs:
           {topic_name}:
             topic: {topic_name}
@@ -244,11 +257,8 @@ def dropped_job(stack_settings, topic_name):
               event_time: {{type: timestamp, required: true}}
             quality:
               - expect_column_values_to_be_unique: {{column: event_id}}
-    """))
-    reserialize(stack_settings)
-    yield topic_name
-    path.unlink()
-    reserialize(stack_settings)
+    """) as name:
+        yield name
 
 
 def test_airflow_backfill_reprocesses_exactly_its_windows_and_again_changes_nothing(api, stack_settings, bootstrap,
@@ -333,11 +343,7 @@ def test_the_stream_dag_restarts_a_job_killed_from_outside_and_ends_exactly_once
 @pytest.fixture
 def sensors_job(stack_settings, topic_name):
     """A pipeline of another shape than the demo's, added by dropping one file in dags/jobs.d/."""
-    from streamfill import REPO_ROOT
-
-    path = REPO_ROOT / "dags" / "jobs.d" / f"{topic_name}.yaml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(textwrap.dedent(f"""\
+    with dropped_file(stack_settings, topic_name, f"""\
         jobs:
           {topic_name}:
             topic: {topic_name}
@@ -348,11 +354,8 @@ def sensors_job(stack_settings, topic_name):
             table: {topic_name}_readings
             quality:
               - expect_column_values_to_not_be_null: {{column: place}}
-    """))
-    reserialize(stack_settings)
-    yield topic_name
-    path.unlink()
-    reserialize(stack_settings)
+    """) as name:
+        yield name
 
 
 def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_rule_fails_it(api, bootstrap, db,

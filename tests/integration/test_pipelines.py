@@ -37,7 +37,7 @@ def query(db, sql: str, **params) -> list[tuple]:
 
 def cli(*args: str, jobs: str) -> tuple[int, str]:
     done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={**os.environ, "STREAMFILL_JOBS_FILE": jobs}, timeout=600)
+                          env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"}, timeout=600)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -251,6 +251,10 @@ def test_a_raw_pipeline_keeps_key_value_and_headers(world, db):
     rows = query(db, f'SELECT key, value, headers FROM "{name}" ORDER BY "offset"')
     assert [(bytes(k), bytes(v)) for k, v, _ in rows] == [(f"k{i}".encode(), bytes([i, 0, 255])) for i in range(20)]
     assert rows[3][2] == [{"key": "h", "value": b"v3".hex()}]
+    code, out = cli("backfill", "--job", name, "--from", "earliest", "--to", "latest", "--table", f"{name}_again",
+                    jobs=world["jobs"])
+    assert code == 0, out[-3000:]
+    assert query(db, f'SELECT key, value, headers FROM "{name}_again" ORDER BY "offset"') == rows
 
 
 def test_every_stream_ends_with_rows_plus_dead_letters_equal_to_offsets(world, db, bootstrap):

@@ -161,3 +161,22 @@ def test_every_rule_is_an_expectation_and_quality_names_are_checked_against_gx(t
                          (ENTRY.replace("{column: payment_id}", "{colour: red}"), "does not fit")):
         with pytest.raises(Exception, match=message):
             extra(read(write(tmp_path, bad))["payments"])
+
+
+def test_avro_values_become_json_text_in_plain_and_confluent_framing():
+    import io
+
+    import fastavro
+
+    from spark_jobs.pipelines.avro import to_json
+
+    parsed = fastavro.parse_schema(AVRO)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed, {"url": "/a", "ms": 7})
+    datum = buf.getvalue()
+    assert json.loads(to_json(datum, parsed)[0]) == {"url": "/a", "ms": 7}
+    assert json.loads(to_json(b"\x00\x00\x00\x00\x2a" + datum, parsed, "confluent")[0]) == {"url": "/a", "ms": 7}
+    assert to_json(datum, parsed, "confluent")[1].startswith("value is not in Confluent's wire format")
+    text, error = to_json(b"\x07not avro", parsed)
+    assert text is None and error.startswith("value is not Avro of the entry's schema")
+    assert to_json(datum + b"extra", parsed)[1].endswith("bytes left over")
