@@ -159,8 +159,8 @@ def _bound(value, c: Column) -> SparkColumn:
 
 def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Avro values decoded in Python (fastavro, inside the read's own tasks) into JSON text, so Avro and JSON share
-    one typed path; `_avro_error` says why a value did not decode. Measured faster here than the JVM's from_avro,
-    which also needs the spark-avro jar."""
+    one typed path and one set of rules; `_avro_error` says why a value did not decode. Spark's from_avro would
+    need the spark-avro jar, which PySpark does not ship; the two were not benchmarked against each other."""
     import json as _json
 
     schema, wire = _json.loads(spec.avro_schema_path.read_text()), spec.avro_wire_format
