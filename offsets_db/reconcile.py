@@ -55,7 +55,7 @@ def _in_ranges(alias: str) -> sql.Composable:
 
 
 def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Range], whole_table: bool,
-                                    upsert: bool = False) -> tuple[str, str]:
+                                    job_id: int, upsert: bool = False) -> tuple[str, str]:
     """Two SQL texts: the rows to check (the whole table, or only those inside `ranges`), and a query with
     GX's `{batch}` placeholder that returns a row when rows landed + dead letters differ from the offsets
     consumed. In an upsert table a later version replaces an earlier one, so there the check is that rows
@@ -73,8 +73,9 @@ def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Ran
             "(SELECT sum(end_offset - start_offset) AS n FROM {v}) c, "
             "(SELECT count(*) AS n FROM (SELECT * FROM {{batch}}) t WHERE EXISTS (SELECT 1 FROM {v} WHERE {in_t})) l, "
             "(SELECT count(DISTINCT (d.topic, d.partition, d.\"offset\")) AS n FROM dead_letters d "
-            " WHERE EXISTS (SELECT 1 FROM {v} WHERE {in_d})) d "
+            " WHERE d.job_id = {job} AND EXISTS (SELECT 1 FROM {v} WHERE {in_d})) d "
             "WHERE c.n {op} l.n + d.n").format(v=values, in_t=_in_ranges("t"), in_d=_in_ranges("d"),
+                                                job=sql.Literal(job_id),
                                                 op=sql.SQL("<" if upsert else "<>"))
         return subset.as_string(raw.driver_connection), reconcile.as_string(raw.driver_connection)
     finally:

@@ -43,7 +43,8 @@ def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: b
     spec = pipelines.entry(pipeline)
     suite = spec.name
     own = expectations.for_entry(spec)  # validated before anything is read
-    upsert = spec.mode == "replace" and any(k not in ("topic", "partition", "offset") for k in spec.key)
+    # with a business key, a record may replace (replace) or be dropped for (append-new) an earlier one
+    upsert = any(k not in ("topic", "partition", "offset") for k in spec.key)
     engine = create_engine(db_url)
     try:
         job_id, ranges = reconcile.consumed(engine, job)
@@ -54,7 +55,7 @@ def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: b
                                                         {"note": outcome.lines[0]})
             return outcome
         subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table,
-                                                                          upsert=upsert)
+                                                                          job_id, upsert=upsert)
         res = _run(db_url, f"{suite}:{table}:{job}", subset_q, _suite(own, reconcile_q, freshness, now))
         outcome = Outcome(bool(res.success), table, [_line(r) for r in res.results], dict(res.statistics))
         outcome.result_id = reconcile.record_result(engine, job_id, suite, table, outcome.success,

@@ -54,13 +54,22 @@ def demo(
                   f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
 
 
+def _table(name: str):
+    from sqlalchemy import table
+
+    from streamfill.names import parse_table
+
+    schema, bare = parse_table(name)
+    return table(bare, schema=schema)
+
+
 def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import create_engine, func, select
 
     from app.stack.airflow import reserialize
     from offsets_db import queries
     from orchestration.airflow_api import AirflowApi
-    from orchestration.jobs_file import load
+    from spark_jobs.pipelines import load
     from spark_jobs.demo.produce import ensure_topic, produce
     from streamfill.errors import AirflowError
 
@@ -89,8 +98,8 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
 
     engine = create_engine(settings.offsets_db_url)
     try:
-        with engine.connect() as conn:  # the demo's own sink tables, fixed names
-            tables = {t: conn.scalar(text(f'SELECT count(*) FROM "{t}"')) for t in (spec.table, WINDOW_TABLE)}
+        with engine.connect() as conn:  # the demo's sink tables, names quoted by SQLAlchemy
+            tables = {t: conn.scalar(select(func.count()).select_from(_table(t))) for t in (spec.table, WINDOW_TABLE)}
         summary = {"tables": tables, "dead_letters": queries.dead_letter_count(engine, spec.name), "job": spec.name,
                    "offsets": queries.offsets_with_lag(engine, spec.name),
                    "quality": queries.newest_quality_results(engine), "ui": api.base, "login": api.login}

@@ -26,9 +26,18 @@ def quality(
     from spark_jobs import quality as q
     from streamfill.errors import QualityFailed, StreamfillError
 
+    from sqlalchemy import create_engine
+
+    from offsets_db import queries
+
     url = get_settings().offsets_db_url
     try:
         spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+        engine = create_engine(url)
+        try:
+            queries.rows(engine, "latest", job, limit=1)  # an unknown job fails, naming the known ones
+        finally:
+            engine.dispose()
         outcome = q.validate(url, table or spec.table, job, pipeline=spec.name, whole_table=True,
                              freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
         q.require(outcome)

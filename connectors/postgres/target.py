@@ -88,9 +88,9 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
             owner: str, dead_letters: bool = False, evolve: bool = False) -> Target:
     """Create the target when missing, check it when it exists, and create its staging table.
 
-    An existing table must have every written column with the same type (the error gives the statement to
-    run). With `evolve`, a column it lacks is added, nullable, and columns it has that are not written are
-    reported in the log and left as they are."""
+    An existing table must have every written column. With `evolve` (a table a pipeline entry manages) each of
+    them must also have the declared type (the error gives the statement to run), a column it lacks is added,
+    nullable, and columns it has that are not written are reported in the log and left as they are."""
     with conn.cursor() as cur:
         if schema is None:
             cur.execute("SELECT current_schema()")
@@ -141,7 +141,7 @@ def existing_columns(cur, schema: str, table: str) -> dict[str, str]:
 def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool) -> None:
     name = f"{target.schema}.{target.table}"
     differ = [(c, existing[c.name]) for c in target.columns
-              if c.name in existing and normal_type(existing[c.name]) != normal_type(c.pg_type)]
+              if evolve and c.name in existing and normal_type(existing[c.name]) != normal_type(c.pg_type)]
     if differ:
         c, have = differ[0]
         raise SinkError(

@@ -53,12 +53,16 @@ def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
     text = F.col("value").cast("string")
     original = F.col("_original") if spec.format == "avro" else F.col("value")  # what a dead letter keeps
+    json_fields = sorted({(c.field or n).split(".")[0] for n, c in spec.columns.items()
+                          if c.column_type.name == "json"})
+    exact = [F.from_json(text, "struct<" + ", ".join(f"`{f}`: variant" for f in json_fields) + ">").alias("jv")] \
+        if json_fields else []
     base = kafka.select(*_coordinates(), F.col("value").alias("_value"), original.alias("_original"),
                         F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-                        .alias("j"), *([F.col("_avro_error")] if spec.format == "avro" else []))
+                        .alias("j"), *exact, *([F.col("_avro_error")] if spec.format == "avro" else []))
     # typed once, in a projection of their own, so each cast is computed once
-    typed = base.select("*", *[F.struct(_raw_field(c.field or name).alias("raw"), _typed(_raw_field(c.field or name),
-                                                                                         c).alias("v"))
+    typed = base.select("*", *[F.struct(_raw_field(c.field or name).alias("raw"),
+                                        _typed(_raw_field(c.field or name), c, c.field or name).alias("v"))
                                .alias(f"_c_{name}") for name, c in spec.columns.items()])
     return typed.select("topic", "partition", "offset", "kafka_timestamp",
                         *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns],
@@ -79,10 +83,16 @@ def _raw_field(path: str) -> SparkColumn:
     return F.get_json_object(top, f"$.{rest}") if rest else top
 
 
-def _typed(raw: SparkColumn, c: Column) -> SparkColumn:
+def _typed(raw: SparkColumn, c: Column, path: str) -> SparkColumn:
     t = c.column_type
-    if t.name in ("string", "json"):
+    if t.name == "string":
         return raw
+    if t.name == "json":  # the exact JSON of the field (from_json's text form drops a string's quotes)
+        first, _, rest = path.partition(".")
+        exact = F.col("jv").getField(first)
+        if rest:
+            exact = F.try_variant_get(exact, f"$.{rest}", "variant")
+        return F.when(exact.isNotNull() & ~F.is_variant_null(exact), F.to_json(exact))
     if t.name == "boolean":
         return F.when(F.lower(raw) == "true", F.lit(True)).when(F.lower(raw) == "false", F.lit(False))
     if t.name == "timestamp":
@@ -96,12 +106,10 @@ def _first_error(spec: PipelineSpec, typed: DataFrame) -> SparkColumn:
     """The first rule a record breaks, in the order a reader checks: the value as a whole, then each column in
     the entry's order (required, type, storable, min, max, in, pattern, max_length)."""
     value = F.col("_value")
-    checks: list[tuple[SparkColumn, SparkColumn]] = [
-        (value.isNull(), F.lit("empty value")),
-        (~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")),
-    ]
+    checks: list[tuple[SparkColumn, SparkColumn]] = [(value.isNull(), F.lit("empty value"))]
     if spec.format == "avro":
         checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
+    checks.append((~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")))
     checks.append((F.col("j").isNull() | F.col(f"j.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
     keys = set(spec.key)
     for name, c in spec.columns.items():
@@ -127,7 +135,8 @@ def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
     if required:
         out.append((raw.isNull(), F.lit(f"missing field {name} (required)")))
     if t.name in NUMERIC:
-        too_large = raw.isNotNull() & v.isNull() & raw.try_cast("double").isNotNull()
+        number = raw.rlike("^-?[0-9]+$") if t.name in ("int", "bigint") else raw.try_cast("double").isNotNull()
+        too_large = raw.isNotNull() & v.isNull() & number
         out.append((too_large, F.concat(F.lit(f"{name} out of range for {t}: "), shown)))
     if t.name not in ("string", "json"):
         article = "an" if str(t)[0] in "aeiou" else "a"

@@ -73,10 +73,14 @@ class Column(BaseModel):
         if (self.min is not None or self.max is not None) and kind not in ORDERED:
             raise ValueError(f"min/max do not apply to type {t}; use them on int, bigint, double, decimal, date or "
                              "timestamp columns")
+        limits = {"int": 2**31, "bigint": 2**63}
         for rule in ("min", "max"):
             value = getattr(self, rule)
             if kind in NUMERIC and isinstance(value, str):
                 raise ValueError(f"{rule} {value!r} is not a number, as a {t} column needs")
+            if kind in limits and value is not None and (value != value.to_integral_value()
+                                                         or not -limits[kind] <= value < limits[kind]):
+                raise ValueError(f"{rule} {value} is not a whole number that fits {t}; give one, e.g. {rule}: 0")
             if kind in ("date", "timestamp") and value is not None and not _iso(str(value)):
                 raise ValueError(f"{rule} {value!r} is not an ISO-8601 {kind}, as a {t} column needs, "
                                  "e.g. 2026-01-01")
@@ -89,6 +93,10 @@ class Column(BaseModel):
                 raise ValueError("in lists no value; list the allowed values, e.g. in: [EUR, USD]")
             if kind in NUMERIC and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.in_):
                 raise ValueError(f"in {self.in_} has values that are not numbers, as a {t} column needs")
+            if kind in ("string", "date") and not all(isinstance(v, str) for v in self.in_):
+                odd = [v for v in self.in_ if not isinstance(v, str)]
+                raise ValueError(f"in {self.in_} has values that are not text ({odd}; YAML reads no, on, yes and "
+                                 "dates as other types); quote them, e.g. in: [\"NO\", \"ON\"]")
         if self.pattern is not None:
             if kind != "string":
                 raise ValueError(f"pattern does not apply to type {t}; use it on string columns")

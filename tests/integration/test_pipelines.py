@@ -45,7 +45,7 @@ def payment(i: int) -> dict:
     return {"payment_id": f"p-{i}", "amount": f"{i}.25", "currency": ["EUR", "USD", "GBP"][i % 3],
             "paid_at": f"2026-11-2{i % 9}T10:00:0{i % 10}Z", "card_last4": f"{1000 + i}"[-4:],
             "refunded": i % 2 == 0, "tags": [f"t{i}", "x"], "customer": {"id": 100 + i, "country": "DE"},
-            "attempts": i % 5}
+            "attempts": i % 5, "meta": "vip" if i % 3 == 0 else {"n": i, "flags": [True]}}
 
 
 # the bad records and the reason each must get: column, rule and value (or why PostgreSQL cannot store it)
@@ -85,6 +85,7 @@ def world(stack_settings, bootstrap, tmp_path_factory):
               customer:   {{type: "struct<id:bigint,country:string>"}}
               cust_id:    {{type: bigint, field: customer.id}}
               attempts:   {{type: int}}
+              meta:       {{type: json}}
             derived:
               amount_eur: "CASE WHEN currency = 'EUR' THEN amount END"
             table: {names['payments']}
@@ -176,12 +177,13 @@ def expected_payments(bootstrap: str, topic: str, expected_dead: dict) -> dict[t
             "payment_id": p["payment_id"], "amount": Decimal(p["amount"]), "currency": p["currency"],
             "paid_at": datetime.fromisoformat(p["paid_at"].replace("Z", "+00:00")), "card_last4": p["card_last4"],
             "refunded": p["refunded"], "tags": p["tags"], "customer": p["customer"], "cust_id": p["customer"]["id"],
-            "attempts": p["attempts"], "amount_eur": Decimal(p["amount"]) if p["currency"] == "EUR" else None}
+            "attempts": p["attempts"], "meta": p["meta"],
+            "amount_eur": Decimal(p["amount"]) if p["currency"] == "EUR" else None}
     return out
 
 
 PAYMENT_COLUMNS = ("payment_id", "amount", "currency", "paid_at", "card_last4", "refunded", "tags", "customer",
-                   "cust_id", "attempts", "amount_eur")
+                   "cust_id", "attempts", "meta", "amount_eur")
 
 
 def table_rows(db, table: str, columns: tuple[str, ...]) -> dict[tuple[int, int], dict]:
@@ -202,7 +204,7 @@ def test_a_json_pipeline_types_nested_columns_and_dead_letters_each_rule_by_name
     types = dict(query(db, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = :t",
                        t=name))
     assert types["amount"] == "numeric" and types["paid_at"] == "timestamp with time zone"
-    assert types["tags"] == types["customer"] == "jsonb" and types["attempts"] == "integer"
+    assert types["tags"] == types["customer"] == types["meta"] == "jsonb" and types["attempts"] == "integer"
 
 
 def test_a_backfill_of_the_entry_gives_the_same_rows_and_dead_letters(world, db):

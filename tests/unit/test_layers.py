@@ -36,6 +36,9 @@ FORBIDDEN = {"connectors/kafka/": ("pyspark", "sqlalchemy", "psycopg2", "great_e
                              "airflow")}
 
 
+MISSING = "(missing)"
+
+
 def layer_of(path: str, layers: dict[str, int]) -> int | None:
     found = [p for p in layers if path == p or (p.endswith("/") and path.startswith(p))]
     return layers[max(found, key=len)] if found else None
@@ -72,22 +75,30 @@ def imports_of(root: Path, path: str) -> list[tuple[str, str]]:
                 parts = package.split(".") if package else []
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             names = [f"{base}.{a.name}" for a in node.names] + [base]
+        resolved = None
         for name in names:
             target = _module_file(root, name)
-            if target and target != path:
-                out.append((name, target))
+            if target:
+                resolved = (name, target)
                 break
+        if resolved and resolved[1] != path:
+            out.append(resolved)
+        elif not resolved and names and _module_file(root, names[-1].split(".")[0]) and names[-1]:
+            out.append((names[-1], MISSING))
     return out
 
 
 def violations(root: Path, layers: dict[str, int], names: dict[int, str] = NAMES) -> list[str]:
-    """Upward imports and import circles, each naming the files."""
+    """Upward imports, imports of project modules that do not exist, and import circles, each naming the files."""
     problems = []
     graph: dict[str, set[str]] = {}
     for path in project_files(root, layers):
         mine = layer_of(path, layers)
         graph[path] = set()
         for module, target in imports_of(root, path):
+            if target == MISSING:
+                problems.append(f"{path} imports {module}, which is no module of the project")
+                continue
             theirs = layer_of(target, layers)
             if theirs is None:
                 continue
@@ -175,6 +186,7 @@ def test_the_check_finds_an_upward_import_and_a_circle_in_a_tiny_tree(tmp_path):
         "core/b.py": "def f():\n    from core.a import x\n",  # a lazy import closes the circle a -> b -> a
         "app/__init__.py": "",
         "app/cli.py": "from base.names import *\nmain = 1\n",
+        "app/old.py": "def f():\n    from core.gone import x\n",  # a lazy import of a module that was moved
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +196,8 @@ def test_the_check_finds_an_upward_import_and_a_circle_in_a_tiny_tree(tmp_path):
     assert "base/names.py (base) imports app.cli from app/cli.py, a higher layer (app)" in found
     assert "import circle: core/a.py -> core/b.py -> core/a.py" in found
     assert "import circle: app/cli.py -> base/names.py -> app/cli.py" in found
+    assert "app/old.py imports core.gone, which is no module of the project" in found
+    (tmp_path / "app/old.py").write_text("from core import a\n")
     (tmp_path / "base/names.py").write_text("import os\n")
     (tmp_path / "core/b.py").write_text("from base import names\n")
     assert violations(tmp_path, layers) == []

@@ -93,6 +93,9 @@ BAD = [
     ("columns: {}", "format json needs columns"),
     ("columns: {a: {type: int}}\n    colour: red", "colour\n  Extra inputs are not permitted"),
     ("columns: {a: {type: int}}\n    trigger: soon", "trigger 'soon' is not a trigger"),
+    ("columns: {a: {type: int, max: 2.5}}", "max 2.5 is not a whole number that fits int"),
+    ("columns: {a: {type: int, max: 5000000000}}", "max 5000000000 is not a whole number that fits int"),
+    ("columns: {a: {type: string, in: [EUR, NO]}}", "has values that are not text ([False]"),
 ]
 
 
