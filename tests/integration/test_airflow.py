@@ -359,6 +359,7 @@ def sensors_job(stack_settings, topic_name):
 
 
 def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_rule_fails_it(api, bootstrap, db,
+                                                                                              stack_settings,
                                                                                               sensors_job):
     topic = sensors_job
     ensure_topic(bootstrap, topic, 2)
@@ -368,6 +369,13 @@ def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_r
                                        for i, r in enumerate(records)])
     for dag in (f"streamfill_stream__{topic}", f"streamfill_interval__{topic}", f"streamfill_quality__{topic}"):
         assert api.call("GET", f"/api/v2/dags/{dag}")["dag_id"] == dag
+    # the replay form lists the new entry once its latest serialized version is the one with the file in
+    # (the scheduler's own parse may land a moment after `reserialize`); parse again until it does
+    deadline = time.monotonic() + 180
+    while topic not in json.dumps(api.call("GET", "/api/v2/dags/streamfill_replay/details").get("params", {})):
+        assert time.monotonic() < deadline, "the replay form never offered the dropped entry"
+        time.sleep(3)
+        reserialize(stack_settings)
     table = f"{topic}_replayed"
     conf = {"job": topic, "from": "earliest", "to": "latest", "mode": "append-new", "table": table}
     run_id = api.trigger("streamfill_replay", conf)
