@@ -11,6 +11,8 @@ pass that rewrites the same rows.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import hashlib
 import json
 import sys
@@ -63,8 +65,9 @@ class BackfillArgs:
                               "use append-new (keep existing rows) or replace (upsert)")
         self.spec  # noqa: B018 - the entry must exist
 
-    @property
+    @cached_property
     def spec(self) -> PipelineSpec:
+        """The entry, read from the jobs file once per argument set."""
         return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @classmethod

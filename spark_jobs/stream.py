@@ -9,6 +9,8 @@ query between batches. The job resumes where offsets_db says it stands, with or 
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import sys
 import threading
 import time
@@ -52,8 +54,9 @@ class StreamArgs:
                               "give the most offsets one micro-batch may read, e.g. 100000")
         self.spec  # noqa: B018 - the entry must exist
 
-    @property
+    @cached_property
     def spec(self) -> PipelineSpec:
+        """The entry, read from the jobs file once per argument set."""
         return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @classmethod

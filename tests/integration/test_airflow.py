@@ -31,6 +31,20 @@ def query(db, sql: str, **params) -> list[tuple]:
         return [tuple(r) for r in conn.execute(text(sql), params)]
 
 
+# the demo's orders columns and rules, for test entries that read demo events
+ORDERS_COLUMNS = """\
+            columns:
+              event_id:   {type: string, required: true, max_length: 36}
+              user_id:    {type: bigint, required: true, min: 1}
+              event_type: {type: string, required: true, in: [view, cart, order, refund]}
+              amount:     {type: "decimal(12,2)", required: true, min: 0, max: 100000}
+              currency:   {type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}
+              event_time: {type: timestamp, required: true}
+            quality:
+              - expect_column_values_to_be_unique: {column: event_id}
+"""
+
+
 @pytest.fixture
 def jobs_file(tmp_path, topic_name) -> Path:
     """A jobs file of its own: DAGs for one test topic, nothing shared with the stack's `orders`."""
@@ -42,16 +56,7 @@ def jobs_file(tmp_path, topic_name) -> Path:
             table: {topic_name}_events
             trigger: 2s
             interval_table: {topic_name}_hourly
-            columns:
-              event_id:   {{type: string, required: true, max_length: 36}}
-              user_id:    {{type: bigint, required: true, min: 1}}
-              event_type: {{type: string, required: true, in: [view, cart, order, refund]}}
-              amount:     {{type: "decimal(12,2)", required: true, min: 0, max: 100000}}
-              currency:   {{type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}}
-              event_time: {{type: timestamp, required: true}}
-            quality:
-              - expect_column_values_to_be_unique: {{column: event_id}}
-    """))
+{ORDERS_COLUMNS}    """))
     return path
 
 
@@ -248,16 +253,7 @@ def dropped_job(stack_settings, topic_name):
             topic: {topic_name}
             table: {topic_name}_events
             interval_table: {topic_name}_hourly
-            columns:
-              event_id:   {{type: string, required: true, max_length: 36}}
-              user_id:    {{type: bigint, required: true, min: 1}}
-              event_type: {{type: string, required: true, in: [view, cart, order, refund]}}
-              amount:     {{type: "decimal(12,2)", required: true, min: 0, max: 100000}}
-              currency:   {{type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}}
-              event_time: {{type: timestamp, required: true}}
-            quality:
-              - expect_column_values_to_be_unique: {{column: event_id}}
-    """) as name:
+{ORDERS_COLUMNS}    """) as name:
         yield name
 
 
