@@ -4,8 +4,10 @@
    one transaction) against the same commit without a job (rows moved only), side by side in the same run,
    at 1, 16 and 64 partitions, for an empty batch and a 10,000-row batch. Rows are staged first with the
    sink's own COPY path; only the driver's commit is timed. Overhead = median(with job) - median(without).
-2. View latency: each README query on a history of 1,000,000 batch-offset rows (median and p95).
-Prints both tables. Needs `streamfill stack up`; works in a scratch database it drops at the end.
+2. The staging table: UNLOGGED with the commit's count of staged rows (a crash empties an UNLOGGED table)
+   against a logged stage, per batch of 10,000 and 100,000 rows, side by side.
+3. View latency: each README query on a history of 1,000,000 batch-offset rows (median and p95).
+Prints the three tables. Needs `streamfill stack up`; works in a scratch database it drops at the end.
 
     .venv/bin/python bench/commit_overhead.py [--batches 40] [--history-rows 1000000]
 """
@@ -64,6 +66,7 @@ def commit_bench(url: str, batches: int) -> Table:
                 owner = name if with_job else name + "-plain"
                 tgt = target.prepare(conn, None, f"t_{owner.replace('-', '_')}", COLUMNS,
                                      ("topic", "partition", "offset"), owner)
+                target.create_stage(conn, tgt, "stream", 86_400)
                 plans[with_job] = SinkPlan(url, tgt, "append-new", name if with_job else None, own_stage=False)
             conn.close()
             store.ensure_job(name, "stream")
@@ -81,6 +84,54 @@ def commit_bench(url: str, batches: int) -> Table:
             a, b = statistics.median(timings[False]), statistics.median(timings[True])
             table.add_row(str(partitions), f"{count:,}", f"{a:.1f} / {p95(timings[False]):.1f}",
                           f"{b:.1f} / {p95(timings[True]):.1f}", f"{b - a:.1f}", f"{b / a:.2f}")
+    store.engine.dispose()
+    return table
+
+
+def stage_bench(url: str, batches: int) -> Table:
+    """The staging table: UNLOGGED (a crash empties it, so the commit counts the staged rows) against a
+    logged one (survives a crash, costs WAL on every COPY), per batch: the tasks' COPY plus the driver's
+    commit, and the count check alone."""
+    import psycopg2
+
+    store = OffsetStore(url)
+    table = Table(title=f"stage + commit per batch, ms (median of {batches}): UNLOGGED + count vs logged")
+    for col in ("rows", "unlogged (with count)", "logged", "count alone", "logged / unlogged"):
+        table.add_column(col, justify="right")
+    for count in (10_000, 100_000):
+        timings: dict[str, list[float]] = {"unlogged": [], "logged": [], "count": []}
+        plans = {}
+        conn = psycopg2.connect(dsn(url))
+        for kind in ("unlogged", "logged"):
+            name = f"stage-{kind}-{count}-{uuid.uuid4().hex[:6]}"
+            tgt = target.prepare(conn, None, f"t_{name.replace('-', '_')}", COLUMNS, ("topic", "partition", "offset"),
+                                 name)
+            target.create_stage(conn, tgt, "stream", 86_400)
+            if kind == "logged":
+                with conn.cursor() as cur:
+                    cur.execute(f'ALTER TABLE "{tgt.stage}" SET LOGGED')
+                conn.commit()
+            store.ensure_job(name, "stream")
+            plans[kind] = (name, SinkPlan(url, tgt, "append-new", name, own_stage=False))
+        for i in range(batches):
+            for kind in (("unlogged", "logged") if i % 2 else ("logged", "unlogged")):
+                name, plan = plans[kind]
+                store.record_planned(name, [PlannedRange("bench", p, i * count // 16, (i + 1) * count // 16, 0,
+                                                         (i + 1) * count // 16) for p in range(16)])
+                started = time.perf_counter()
+                message = _stage(plan, iter([rows_batch(16, count, i * count)]))
+                if kind == "unlogged":
+                    counted = time.perf_counter()
+                    with conn.cursor() as cur:
+                        target.count_staged(cur, plan.target, [message.write_id])
+                    conn.rollback()
+                    timings["count"].append((time.perf_counter() - counted) * 1000)
+                    started += time.perf_counter() - counted  # the commit counts again below
+                _commit(plan, [message], i)
+                timings[kind].append((time.perf_counter() - started) * 1000)
+        conn.close()
+        u, g, c = (statistics.median(timings[k]) for k in ("unlogged", "logged", "count"))
+        table.add_row(f"{count:,}", f"{u:.1f}", f"{g:.1f}", f"{c:.1f}", f"{g / u:.2f}")
     store.engine.dispose()
     return table
 
@@ -151,7 +202,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--history-rows", type=int, default=1_000_000)
-    ap.add_argument("--only", choices=("commit", "views"), help="run one of the two parts")
+    ap.add_argument("--only", choices=("commit", "views", "stage"), help="run one of the parts")
     args = ap.parse_args()
     s = get_settings()
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -162,9 +213,11 @@ def main() -> None:
     url = s.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"
     try:
         upgrade(url)
-        if args.only != "views":
+        if args.only in (None, "commit"):
             console.print(commit_bench(url, args.batches))
-        if args.only != "commit":
+        if args.only in (None, "stage"):
+            console.print(stage_bench(url, args.batches))
+        if args.only in (None, "views"):
             console.print(view_bench(url, args.history_rows))
         console.print(f"targets: commit overhead <= {TARGET_MS['commit']:.0f} ms median at 64 partitions; "
                       f"each view query <= {TARGET_MS['view']:.0f} ms")

@@ -27,9 +27,9 @@ from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
 from spark_jobs import backfill, stream
+from spark_jobs.demo.produce import ensure_topic, produce
 from spark_jobs.pipelines import entry
 from spark_jobs.pipelines.compile import parse
-from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill.settings import get_settings
 
 console = Console()

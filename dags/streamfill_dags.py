@@ -36,7 +36,9 @@ def run_stream(job: str) -> None:
 
     spec = JOBS[job]
     trigger = get_current_context()["params"]["trigger"] or spec.trigger
-    o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger], o.endpoints())
+    # a retry waits for a launch of the job still stopping (it holds the job until its session ends)
+    o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger, "--wait-for-job", o.RETRY_WAIT],
+                   o.endpoints())
 
 
 @task
@@ -134,7 +136,7 @@ for spec in JOBS.values():
         quality(spec.name, spec.table, spec.name, whole_table=True,
                 fresh_minutes=spec.health.max_commit_age_minutes)
 
-with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, tags=TAGS, doc_md=__doc__,
+with DAG(dag_id="streamfill_replay", schedule=None, catchup=False, max_active_runs=1, tags=TAGS, doc_md=__doc__,
          params={
              "job": Param(ONE_TOPIC[0] if ONE_TOPIC else None, enum=ONE_TOPIC,
                           description="the pipeline entry whose topic to replay"),

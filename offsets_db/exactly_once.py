@@ -1,11 +1,14 @@
 """The exactly-once protocol (design §3), in one place: plan, pending batch, commit, resume.
 
+0. fencing (`offsets_db.fencing`, design §8): one launch holds a job at a time; every plan and commit below
+   carries its launch's generation and is refused, in its own transaction, when that launch lost the job.
 1. plan: the source records each planned range before any task reads it (`record_plan`); planning the same
    ranges again (a replay) returns the same batch, and Spark's start is checked against the job's snapshot.
 2. pending batch: the sink's commit takes the job's newest planned batch, locked (`pending_batch`); None when
-   it is already committed (a replay: the sink drops what it staged).
-3. commit: `commit_batch` opens ONE transaction, finds the pending batch, hands the cursor to the sink to move
-   exactly the rows it staged, moves the staged dead letters, marks the batch committed and moves the job's
+   it is already committed (a replay: the sink drops what it staged). It must be its own launch's batch.
+3. commit: `commit_batch` opens ONE transaction, finds the pending batch, checks that the staged rows are that
+   batch's (their offsets lie in its ranges), hands the cursor to the sink to move exactly the rows it staged
+   (the sink checks their count), moves the staged dead letters, marks the batch committed and moves the job's
    snapshot to its ends (`mark_committed`), then commits. A deadlock with another writer retries the whole
    transaction (the staged rows stay until a commit succeeds).
 4. resume and checkpoint checks: `resume_state` is where a job continues; a Spark checkpoint that disagrees
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,8 +32,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from offsets_db import fencing
 from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
-from streamfill.errors import CheckpointMismatch, ProtocolError, UnknownJob
+from streamfill.errors import CheckpointMismatch, Fenced, ForeignCheckpoint, ProtocolError, UnknownJob
 from streamfill.names import validate_job_name
 from streamfill.partitions import Positions, TopicPartition
 
@@ -99,26 +103,33 @@ def installed(dbapi_conn) -> bool:
 
 def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, start: Positions | None = None,
                 losses: Iterable[LossRecord] = (), spark_batch_id: int | None = None,
-                run_id: int | None = None) -> int:
+                run_id: int | None = None, generation: int | None = None, from_checkpoint: bool = False) -> int:
     """The batch id of this plan; planning the same ranges again (a replay) returns the same batch.
 
-    `start` is where Spark's checkpoint says the batch starts; it must agree with the job's snapshot
-    (CheckpointMismatch otherwise). Data-loss events found while planning are stored with the batch.
+    `start` is where Spark's checkpoint says the batch starts (`from_checkpoint`: a query that resumed from an
+    existing checkpoint); it must agree with the job's snapshot (CheckpointMismatch otherwise), and a
+    checkpoint of another job is refused (ForeignCheckpoint). Data-loss events found while planning are stored with the batch.
+    `generation` is the planning launch's hold on the job (`fencing.acquire`): a launch that lost the job is
+    refused (Fenced); without one, only a job no live launch holds can be planned.
     """
     ranges = sorted(ranges, key=lambda r: (r.topic, r.partition))
     with Session(engine) as s, s.begin():
         jid = job_id(s, job)
         s.execute(select(Job.id).where(Job.id == jid).with_for_update())  # one planner at a time per job
+        fencing.check(s, job, jid, generation, refuse_live_holder=True)
         last = _last_batch(s, jid)
         ends = {TopicPartition(r.topic, r.partition): r.end for r in ranges}
         if last is not None and _same_plan(s, last.id, ranges) and (
                 last.committed_at is None or _agrees_fully(ends, _snapshot(s, jid))):
+            if last.committed_at is None and generation is not None:
+                last.generation = generation  # the launch holding the job now owns its pending batch
             return last.id  # a replay: before its commit, or with the job still standing at its end
         if start is not None:
-            _check_start(s, job, jid, start, last)
+            _check_start(s, job, jid, start, last, from_checkpoint)
         seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == jid)) or 0) + 1
         behind = sum(r.log_end - r.end for r in ranges if r.log_end is not None)
-        batch = Batch(job_id=jid, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind)
+        batch = Batch(job_id=jid, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind,
+                      generation=generation)
         s.add(batch)
         s.flush()
         s.add_all([BatchOffset(batch_id=batch.id, topic=r.topic, partition=r.partition, start_offset=r.start,
@@ -128,6 +139,14 @@ def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, sta
         return batch.id
 
 
+def record_losses(engine: Engine, job: str, losses: Iterable[LossRecord]) -> None:
+    """Data loss that fails the query (failOnDataLoss=true): recorded without a batch, before the failure."""
+    with Session(engine) as s, s.begin():
+        jid = job_id(s, job)
+        s.add_all([DataLossEvent(job_id=jid, topic=e.topic, partition=e.partition, kind=e.kind,
+                                 lost_from=e.lost_from, lost_to=e.lost_to) for e in losses])
+
+
 def _same_plan(s: Session, batch_id: int, ranges: list[PlannedRange]) -> bool:
     rows = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset,
                             BatchOffset.end_offset).where(BatchOffset.batch_id == batch_id)
@@ -135,9 +154,19 @@ def _same_plan(s: Session, batch_id: int, ranges: list[PlannedRange]) -> bool:
     return [tuple(r) for r in rows] == [(r.topic, r.partition, r.start, r.end) for r in ranges]
 
 
-def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch | None) -> None:
+def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch | None,
+                 from_checkpoint: bool = False) -> None:
     snap = _snapshot(s, jid)
-    if not snap or _agrees(start, snap):
+    if start and snap and not start.keys() & snap.keys():
+        raise ForeignCheckpoint(job, start, "none of its partitions is one the job has read ("
+                                + ", ".join(f"{t}-{p}" for t, p in sorted(snap)[:10]) + ")")
+    if not snap:
+        if from_checkpoint and start and (last is None or {tp: b for tp, (b, _) in _bounds(s, last.id).items()}
+                                          != dict(start)):
+            raise ForeignCheckpoint(job, start, "the job has no committed position in offsets_db, so the "
+                                    "checkpoint was written by another job (or offsets_db was reset)")
+        return
+    if _agrees(start, snap):
         return
     if last is not None and last.committed_at is None:
         bounds = _bounds(s, last.id)
@@ -152,21 +181,44 @@ def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch |
 
 # 2. pending batch
 
-def pending_batch(s: Session, job: str) -> int | None:
+def pending_batch(s: Session, job: str, generation: int | None = None) -> int | None:
     """Inside the sink's transaction: the job's newest planned batch, locked, or None when it is already
-    committed (a replay: the sink drops its staged rows)."""
+    committed (a replay: the sink drops its staged rows). It must have been planned by the launch that holds
+    the job now (and by `generation`, the committing launch, when given): Fenced otherwise."""
     jid = job_id(s, job)
+    current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
     last = _last_batch(s, jid, lock=True)
     if last is None:
         raise ProtocolError(f"job {job!r} has no planned batch: give the source the same job option as the sink")
     if last.committed_at is not None:
         return None
+    if last.generation is not None and last.generation != current:
+        raise Fenced(f"batch {last.seq} of job {job!r} was planned by a launch that no longer holds the job "
+                     f"(generation {last.generation}, now {current}); its rows are dropped and the holder plans "
+                     "the batch again")
     if s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
-        begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items()}
+        lost = set(s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
+                             .where(DataLossEvent.batch_id == last.id)).tuples())
+        begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items() if (tp.topic, tp.partition) not in lost}
         snap = _snapshot(s, jid)
         if snap and not _agrees(begins, snap):
             raise CheckpointMismatch(job, begins, snap)
     return last.id
+
+
+def check_offsets(s: Session, job: str, batch_id: int, staged: Mapping[TopicPartition, tuple[int, int]]) -> None:
+    """The staged rows must be this batch's: per partition, their lowest and highest offset inside its range.
+    Rows of another launch's batch (read from other offsets) are refused, never committed as this one."""
+    bounds = _bounds(s, batch_id)
+    for tp, (low, high) in sorted(staged.items()):
+        begin, end = bounds.get(tp, (None, None))
+        if begin is None or low < begin or high >= end:
+            seq = s.scalar(select(Batch.seq).where(Batch.id == batch_id))
+            planned = f"[{begin}, {end})" if begin is not None else "nothing of that partition"
+            raise ProtocolError(f"job {job!r}: staged rows of {tp.topic}-{tp.partition} at offsets {low}..{high} "
+                                f"are not batch {seq}'s (it planned {planned}). They were read by another launch "
+                                "or another query with the same job option; nothing is committed and the batch "
+                                "fails, so Spark replays it")
 
 
 # 3. commit
@@ -213,12 +265,11 @@ class StagedBatch(Protocol):
     """The sink's half of a commit: it only stages and moves rows; the protocol owns the transaction."""
 
     dead_letters: StagedDeadLetters | None
+    offsets: Mapping[TopicPartition, tuple[int, int]]  # lowest and highest offset staged per partition
 
     def move(self, cur) -> int:
-        """Move exactly the staged rows of this batch into the target; return how many landed."""
-
-    def discard(self, cur) -> None:
-        """Drop what was staged (after a move, or instead of one for a replay)."""
+        """Move exactly the staged rows of this batch into the target; return how many landed. Raises when
+        staged rows are missing. The sink empties its stage after the commit (or a replay)."""
 
 
 @dataclass(frozen=True)
@@ -232,14 +283,14 @@ class Committed:
 
 
 def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_batch_id: int | None = None,
-                 tries: int = 3) -> Committed:
+                 generation: int | None = None, tries: int = 3) -> Committed:
     """One transaction: the pending batch, the sink's move, the dead letters, the offsets and the snapshot.
 
     Without a job the rows still move atomically, with no offsets. Two jobs moving overlapping keys into one
     table can deadlock; PostgreSQL aborts one transaction, which is whole again on retry."""
     for attempt in range(1, tries + 1):
         try:
-            return _commit_once(engine, job, staged, spark_batch_id)
+            return _commit_once(engine, job, staged, spark_batch_id, generation)
         except (DBAPIError, psycopg2.Error) as exc:
             if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == tries:
                 raise
@@ -248,23 +299,21 @@ def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_
     raise AssertionError("unreachable")
 
 
-def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_batch_id: int | None) -> Committed:
+def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_batch_id: int | None,
+                 generation: int | None) -> Committed:
     with Session(engine) as s, s.begin():
         cur = s.connection().connection.dbapi_connection.cursor()
         if job is None:
-            moved = staged.move(cur)
-            staged.discard(cur)
-            return Committed(None, moved)
-        batch_id = pending_batch(s, job)
+            return Committed(None, staged.move(cur))
+        batch_id = pending_batch(s, job, generation)
         jid = job_id(s, job)
         config = s.scalar(select(Job.config).where(Job.id == jid)) or {}
         if batch_id is None:
             log.info("job %s: batch already committed (replay); staged rows dropped", job)
-            staged.discard(cur)
             return Committed(None, replay=True, config=config, snapshot=_snapshot(s, jid))
+        check_offsets(s, job, batch_id, staged.offsets)
         moved = staged.move(cur)
         dead = _move_dead_letters(cur, staged.dead_letters, jid, batch_id) if staged.dead_letters else 0
-        staged.discard(cur)  # including rows of failed task attempts
         mark_committed(s, job, batch_id, rows_written=moved, dead_letters=dead, spark_batch_id=spark_batch_id)
         s.flush()
         return Committed(batch_id, moved, dead, config=config, snapshot=_snapshot(s, jid))
@@ -281,13 +330,16 @@ def _move_dead_letters(cur, staged: StagedDeadLetters, jid: int, batch_id: int) 
     return cur.rowcount
 
 
-def commit_through(engine: Engine, job: str, end: Positions) -> bool:
+def commit_through(engine: Engine, job: str, end: Positions, generation: int | None = None) -> bool:
     """Commit the newest planned batch if it ends at `end`: Spark committed it and the sink did not (a sink
     other than streamfill_postgres)."""
     with Session(engine) as s, s.begin():
         jid = job_id(s, job)
+        current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
         last = _last_batch(s, jid, lock=True)
         if last is None or last.committed_at is not None:
+            return False
+        if last.generation is not None and last.generation != current:
             return False
         ends = {tp: e for tp, (_, e) in _bounds(s, last.id).items()}
         if ends != {tp: o for tp, o in end.items() if tp in ends}:

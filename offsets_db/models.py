@@ -6,8 +6,18 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
-    UniqueConstraint, func,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -40,6 +50,8 @@ class Run(Base):
     dag_id: Mapped[str | None] = mapped_column(String(250))
     airflow_run_id: Mapped[str | None] = mapped_column(String(250))
     spark_app_id: Mapped[str | None] = mapped_column(String(250))
+    host: Mapped[str | None] = mapped_column(String(255))
+    pid: Mapped[int | None]
     status: Mapped[str] = mapped_column(String(16), default="running")
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     ended_at: Mapped[datetime | None]
@@ -63,6 +75,23 @@ class Batch(Base):
     rows_written: Mapped[int | None] = mapped_column(BigInteger)
     dead_letters: Mapped[int | None] = mapped_column(BigInteger)
     behind: Mapped[int | None] = mapped_column(BigInteger)  # sum over partitions of log_end - end at planning
+    generation: Mapped[int | None] = mapped_column(BigInteger)  # the lease generation of the launch that planned it
+
+
+class JobLease(Base):
+    """Who holds a job (design §8): one launch at a time plans and commits. The holder keeps a session-level
+    advisory lock for its whole life; each acquisition bumps `generation`, and every plan and commit checks
+    its launch's generation in its own transaction, so a launch that lost the job can never write for it."""
+
+    __tablename__ = "job_leases"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int]
+    backend_pid: Mapped[int]  # the PostgreSQL session holding the advisory lock
+    acquired_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
 class BatchOffset(Base):

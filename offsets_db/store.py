@@ -6,15 +6,19 @@ Every write is one transaction; SQL is built by SQLAlchemy with bound parameters
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import socket
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from offsets_db import exactly_once
+from offsets_db import exactly_once, fencing
+from offsets_db.engine import make_engine
 from offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id
+from offsets_db.fencing import Holder, Lease
 from offsets_db.models import Batch, Job, Run, Snapshot
 from streamfill.errors import CheckpointMismatch, JobKindMismatch
 from streamfill.names import validate_job_name
@@ -24,7 +28,7 @@ __all__ = ["OffsetStore", "PlannedRange", "CheckpointMismatch", "JobKindMismatch
 
 class OffsetStore:
     def __init__(self, url: str | Engine) -> None:
-        self.engine = url if isinstance(url, Engine) else create_engine(url, pool_pre_ping=True)
+        self.engine = url if isinstance(url, Engine) else make_engine(url)
 
     def ensure_job(self, name: str, kind: str, config: dict[str, Any] | None = None, *,
                    restart: bool = False) -> int:
@@ -45,21 +49,33 @@ class OffsetStore:
                 s.execute(delete(Snapshot).where(Snapshot.job_id == jid))
             return jid
 
-    def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
-                  spark_app_id: str | None = None) -> int:
-        """One row per launch, so offsets_db shows who ran what when (Airflow's ids when it launched it).
+    def hold(self, job: str, *, wait_s: float = 0, wait_hint: str = "",
+             on_wait: Callable[[Holder], None] | None = None) -> Lease:
+        """Take the job for this launch (design §8): JobBusy names the launch holding it, unless it ends within
+        `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
+        with Session(self.engine) as s:
+            jid = job_id(s, job)
+        return fencing.acquire(self.engine, job, jid, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
 
-        A job runs one launch at a time: launches still marked running were killed before they could say so
-        (SIGKILL, a lost machine) and become `lost`."""
+    def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
+                  spark_app_id: str | None = None, lease: Lease | None = None) -> int:
+        """One row per launch, so offsets_db shows who ran what when, where (host and pid) and for which Airflow
+        run.
+
+        Called by the launch holding the job (`hold`): launches still marked running were killed before they
+        could say so (SIGKILL, a lost machine) and become `lost`."""
         with Session(self.engine) as s, s.begin():
             jid = job_id(s, job)
             s.execute(update(Run).where(Run.job_id == jid, Run.status == "running")
                       .values(status="lost", ended_at=func.now()))
-            run = Run(job_id=jid, dag_id=dag_id, airflow_run_id=airflow_run_id,
-                      spark_app_id=spark_app_id, status="running")
+            run = Run(job_id=jid, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
+                      pid=os.getpid(), spark_app_id=spark_app_id, status="running")
             s.add(run)
             s.flush()
-            return run.id
+            run_id = run.id
+        if lease is not None:
+            lease.set_run(run_id)
+        return run_id
 
     def end_run(self, run_id: int, status: str) -> None:
         with Session(self.engine) as s, s.begin():
@@ -79,15 +95,20 @@ class OffsetStore:
 
     def record_planned(self, job: str, ranges: Iterable[PlannedRange], *, start: Positions | None = None,
                        losses: Iterable[LossRecord] = (), spark_batch_id: int | None = None,
-                       run_id: int | None = None) -> int:
+                       run_id: int | None = None, generation: int | None = None,
+                       from_checkpoint: bool = False) -> int:
         return exactly_once.record_plan(self.engine, job, ranges, start=start, losses=losses,
-                                        spark_batch_id=spark_batch_id, run_id=run_id)
+                                        spark_batch_id=spark_batch_id, run_id=run_id, generation=generation,
+                                        from_checkpoint=from_checkpoint)
+
+    def record_losses(self, job: str, losses: Iterable[LossRecord]) -> None:
+        exactly_once.record_losses(self.engine, job, losses)
 
     def commit(self, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0) -> bool:
         return exactly_once.commit(self.engine, job, batch_id, rows_written, dead_letters)
 
-    def commit_through(self, job: str, end: Positions) -> bool:
-        return exactly_once.commit_through(self.engine, job, end)
+    def commit_through(self, job: str, end: Positions, generation: int | None = None) -> bool:
+        return exactly_once.commit_through(self.engine, job, end, generation)
 
     def snapshot(self, job: str) -> Positions:
         """The resume state: next offset per (topic, partition); empty for a job never committed."""

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import URL, create_engine
+from sqlalchemy import URL
 
 from offsets_db import queries
+from offsets_db.engine import make_engine
 from streamfill import REPO_ROOT
 
 log = logging.getLogger("streamfill.orchestration")
@@ -54,8 +55,11 @@ def endpoints() -> Endpoints:
 def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None) -> None:
     """spark-submit of spark_jobs/<script> with the project's interpreter, its output in the task log.
 
-    The job runs in its own process group; when Airflow stops the task (SIGTERM), the whole group gets
-    SIGTERM and, 30 s later, SIGKILL: nothing keeps running after its task. A non-zero exit fails the task.
+    The job runs in its own process group. When Airflow stops the task (SIGTERM, then SIGKILL 5 s later from
+    its task supervisor), the whole group gets SIGTERM and, STOP_GRACE_S later, SIGKILL: inside Airflow's kill
+    window, so nothing keeps running after its task. Should the task process die first, the kernel kills
+    spark-submit with it (PR_SET_PDEATHSIG). A survivor could not write anyway: its job is fenced (design §8).
+    A non-zero exit fails the task.
     """
     bin_dir = Path(sys.executable).parent
     cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master,
@@ -64,7 +68,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     log.info("running %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_die_with_parent)
 
     def stop(signum, _frame) -> None:
         log.warning("task stopped (signal %d): stopping %s", signum, script)
@@ -85,12 +89,27 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
         raise RuntimeError(f"{script} exited with {code}; its output is above")
 
 
+RETRY_WAIT = "2m"  # how long a task's launch waits for an earlier launch of its job to let go (--wait-for-job)
+STOP_GRACE_S = 3.0  # Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be gone before
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the task process dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
     except ProcessLookupError:
         pass
 
@@ -122,7 +141,7 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
            now: datetime | None = None) -> Health:
     """A stream is unhealthy when its newest commit is too old or a partition lags too far (consumer_lag)."""
     now = now or datetime.now(timezone.utc)
-    engine = create_engine(db_url)
+    engine = make_engine(db_url)
     try:
         last, lag = queries.last_commit_and_worst_lag(engine, job)
     finally:

@@ -11,22 +11,30 @@ pass that rewrites the same rows.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import hashlib
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from connectors.kafka.broker import Broker
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
-from spark_jobs.pipelines import PipelineSpec
 from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from spark_jobs.pipelines import PipelineSpec
 from spark_jobs.runs import (
-    console, err, fail, first_lines, job_session, recorded_run, rows_of, sink_options, submit_main, unreachable,
+    console,
+    err,
+    fail,
+    first_lines,
+    job_session,
+    recorded_run,
+    rows_of,
+    sink_options,
+    submit_main,
+    unreachable,
 )
 from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import default_table, parse_table, validate_job_name

@@ -10,7 +10,14 @@ from datetime import datetime, timezone
 
 from connectors.kafka import offsets, planner
 from connectors.kafka.offsets import (
-    Earliest, GlobalTimestamp, Latest, OffsetsForTimes, OffsetSpec, SpecificOffsets, Watermarks, resolve,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetsForTimes,
+    OffsetSpec,
+    SpecificOffsets,
+    Watermarks,
+    resolve,
 )
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import create_engine
-
 from offsets_db import reconcile
+from offsets_db.engine import make_engine
 from spark_jobs import pipelines
 from spark_jobs.pipelines import expectations
 from streamfill.errors import QualityFailed
@@ -45,7 +44,7 @@ def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: b
     own = expectations.for_entry(spec)  # validated before anything is read
     # with a business key, a record may replace (replace) or be dropped for (append-new) an earlier one
     upsert = any(k not in ("topic", "partition", "offset") for k in spec.key)
-    engine = create_engine(db_url)
+    engine = make_engine(db_url)
     try:
         job_id, ranges = reconcile.consumed(engine, job)
         if not ranges:  # an hour without traffic: an empty window passes, and says so

@@ -15,6 +15,7 @@ from typing import TypeVar
 from rich.console import Console
 from sqlalchemy import make_url
 
+from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from spark_jobs.pipelines import PipelineSpec
 from streamfill.settings import Settings, get_settings
@@ -72,12 +73,15 @@ def job_session(app_name: str, master: str | None = None, settings: Settings | N
     return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
 
 
-def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str) -> dict[str, str]:
+def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str,
+                 generation: int | None = None) -> dict[str, str]:
     """Valid rows to `table` with the entry's column types and key (columns it adds are added to the table),
-    dead letters to offsets_db.dead_letters, offsets committed in the same transaction."""
+    dead letters to offsets_db.dead_letters, offsets committed in the same transaction by the launch holding
+    the job (`generation`)."""
     types = {name: c.column_type.postgres for name, c in spec.columns.items()}
-    return {"table": table, "job": job, "mode": mode, "deadLetters": str(spec.dead_letters).lower(), "url": url,
-            "keyColumns": ",".join(spec.key), "columnTypes": json.dumps(types), "evolveSchema": "true"}
+    options = {"table": table, "job": job, "mode": mode, "deadLetters": str(spec.dead_letters).lower(), "url": url,
+               "keyColumns": ",".join(spec.key), "columnTypes": json.dumps(types), "evolveSchema": "true"}
+    return options if generation is None else {**options, "jobGeneration": str(generation)}
 
 
 def rows_of(spec: PipelineSpec, kafka):
@@ -97,11 +101,14 @@ class RunRow:
 
 
 @contextmanager
-def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None) -> Iterator[RunRow]:
-    """A `runs` row for this launch, with Airflow's dag and run ids when Airflow launched it (it exports
-    AIRFLOW_CTX_* to the tasks it runs). Ends as succeeded, stopped (on request or Ctrl-C) or failed."""
+def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None,
+                 lease: Lease | None = None) -> Iterator[RunRow]:
+    """A `runs` row for this launch (which holds the job: `lease`), with Airflow's dag and run ids when Airflow
+    launched it (it exports AIRFLOW_CTX_* to the tasks it runs). Ends as succeeded, stopped (on request or
+    Ctrl-C) or failed."""
     run = RunRow(store.start_run(job, dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
-                                 airflow_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"), spark_app_id=spark_app_id))
+                                 airflow_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"), spark_app_id=spark_app_id,
+                                 lease=lease))
     try:
         yield run
     except KeyboardInterrupt:

@@ -9,20 +9,26 @@ query between batches. The job resumes where offsets_db says it stands, with or 
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
 from spark_jobs.pipelines import PipelineSpec
 from spark_jobs.runs import (
-    console, fail, job_session, recorded_run, rows_of, sink_options, submit_main, unreachable,
+    console,
+    fail,
+    job_session,
+    recorded_run,
+    rows_of,
+    sink_options,
+    submit_main,
+    unreachable,
 )
 from streamfill import durations
 from streamfill.errors import OptionError, StreamfillError
@@ -42,6 +48,7 @@ class StreamArgs:
     max_offsets_per_trigger: int | None = None
     starting: str = "earliest"
     pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
+    wait_for_job: str = "0"  # how long to wait for another launch holding the job; 0 refuses at once
 
     DERIVED = ("checkpoint", "topic", "table")  # from the job and its entry when not given
 
@@ -49,6 +56,7 @@ class StreamArgs:
         validate_job_name(self.job, "--job")
         parse_table(self.table, "--table")
         parse_trigger(self.trigger)
+        wait_seconds(self.wait_for_job)
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise OptionError("--max-offsets-per-trigger", self.max_offsets_per_trigger, "must be at least 1",
                               "give the most offsets one micro-batch may read, e.g. 100000")
@@ -84,6 +92,14 @@ class StreamSummary:
     seconds: float = 0.0
 
 
+def wait_seconds(raw: str) -> float:
+    """--wait-for-job: 0 refuses at once when another launch holds the job; 30s, 10m, 1h wait that long."""
+    ms = durations.parse_ms(str(raw), default_unit="s")
+    if ms is None:
+        raise OptionError("--wait-for-job", raw, "is not a duration", "use 0 (refuse at once), 30s, 10m or 1h")
+    return ms / 1000
+
+
 def parse_trigger(raw: str) -> dict:
     """`available-now` or an interval such as 500ms, 5s, 2m: DataStreamWriter.trigger's keyword arguments."""
     text = raw.strip().lower()
@@ -97,9 +113,10 @@ def parse_trigger(raw: str) -> dict:
     return {"processingTime": f"{found[0]} {unit}"}
 
 
-def query_plan(spark, args: StreamArgs, bootstrap: str, url: str):
+def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: int | None = None):
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
-    here, so a mismatch is refused before anything is read or recorded."""
+    here, so a mismatch is refused before anything is read or recorded. `generation` is this launch's hold on
+    the job: its plans and commits carry it (design §8)."""
     from connectors.spark import register
     from connectors.spark.postgres_sink import prepare_table
 
@@ -112,8 +129,10 @@ def query_plan(spark, args: StreamArgs, bootstrap: str, url: str):
               .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    if generation is not None:
+        reader = reader.option("jobGeneration", str(generation))
     rows = rows_of(spec, reader.load())
-    options = sink_options(spec, args.job, args.table, spec.mode, url)
+    options = sink_options(spec, args.job, args.table, spec.mode, url, generation)
     prepare_table(options, rows.schema)
     return rows, options
 
@@ -129,15 +148,20 @@ def start(spark, args: StreamArgs, bootstrap: str, url: str, plan=None):
 
 def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event,
         on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
-    """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches."""
-    plan = query_plan(spark, args, bootstrap, url)
+    """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches.
+
+    Everything is checked first (the table included); then the launch takes the job (refused, or waiting
+    with --wait-for-job, while another launch holds it) and holds it until the query has stopped."""
+    query_plan(spark, args, bootstrap, url)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
-    first_batch = store.last_batch_id(args.job)
     started = time.monotonic()
     summary = StreamSummary(args.job, "succeeded")
-    with recorded_run(store, args.job, spark.sparkContext.applicationId) as run_row:
-        query = start(spark, args, bootstrap, url, plan)
+    with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
+                    on_wait=lambda h: console.print(f"waiting for {h.describe()}", highlight=False)) as lease, \
+            recorded_run(store, args.job, spark.sparkContext.applicationId, lease) as run_row:
+        first_batch = store.last_batch_id(args.job)
+        query = start(spark, args, bootstrap, url, query_plan(spark, args, bootstrap, url, lease.generation))
         seen = -1
         try:
             while query.isActive:

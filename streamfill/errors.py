@@ -32,7 +32,13 @@ class BrokerError(StreamfillError):
 
 
 class DataLossError(StreamfillError):
-    """Offsets that were planned or requested are gone from the broker and failOnDataLoss is true."""
+    """Offsets that were planned or requested are gone from the broker and failOnDataLoss is true.
+
+    `events` are the losses found, so the caller can record them before it fails."""
+
+    def __init__(self, message: str, events: tuple = ()) -> None:
+        super().__init__(message)
+        self.events = tuple(events)
 
 
 class SinkError(StreamfillError, ValueError):
@@ -55,6 +61,26 @@ class CheckpointMismatch(ProtocolError):
             f"the Spark checkpoint of job {job!r} disagrees with offsets_db ({shown}). offsets_db holds what "
             "was committed to the sink. To resume from offsets_db, delete the checkpoint directory and restart; "
             "to start this checkpoint's position as a new history, use a new job name.")
+
+
+class ForeignCheckpoint(CheckpointMismatch):
+    """A Spark checkpoint that cannot be this job's: the job has no position yet, or none of the checkpoint's
+    partitions is one the job has read."""
+
+    def __init__(self, job: str, checkpoint: dict[tuple[str, int], int], reason: str) -> None:
+        self.job, self.checkpoint, self.snapshot = job, checkpoint, {}
+        shown = ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(checkpoint.items())[:10])
+        ProtocolError.__init__(
+            self, f"the Spark checkpoint given to job {job!r} ({shown}) is not this job's: {reason}. Give the "
+            "job its own checkpoint directory (or delete this one to start from startingOffsets and offsets_db)")
+
+
+class JobBusy(ProtocolError):
+    """Another launch holds the job (design §8); the message names it: run id, host, pid and for how long."""
+
+
+class Fenced(ProtocolError):
+    """This launch no longer holds its job (another launch took it over): it may neither plan nor commit."""
 
 
 class JobKindMismatch(ProtocolError, ValueError):

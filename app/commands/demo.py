@@ -64,13 +64,14 @@ def _table(name: str):
 
 
 def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
-    from sqlalchemy import create_engine, func, select
+    from sqlalchemy import func, select
 
     from app.stack.airflow import reserialize
     from offsets_db import queries
+    from offsets_db.engine import make_engine
     from orchestration.airflow_api import AirflowApi
-    from spark_jobs.pipelines import load
     from spark_jobs.demo.produce import ensure_topic, produce
+    from spark_jobs.pipelines import load
     from streamfill.errors import AirflowError
 
     spec = load()["orders"]
@@ -96,7 +97,7 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
         if state != "success":
             raise AirflowError(f"{dag_id} run {run_id} {state}; its task logs are in the Airflow UI at {api.base}")
 
-    engine = create_engine(settings.offsets_db_url)
+    engine = make_engine(settings.offsets_db_url)
     try:
         with engine.connect() as conn:  # the demo's sink tables, names quoted by SQLAlchemy
             tables = {t: conn.scalar(select(func.count()).select_from(_table(t))) for t in (spec.table, WINDOW_TABLE)}

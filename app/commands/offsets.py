@@ -66,15 +66,15 @@ def parse_since(raw: str | None, now: datetime | None = None) -> datetime | None
 
 
 def _show(view: str, job: str, topic: str | None, since: str | None, fmt: OutputFormat, limit: int) -> None:
-    from sqlalchemy import create_engine
     from sqlalchemy.exc import OperationalError
 
     from offsets_db import queries
+    from offsets_db.engine import make_engine
     from streamfill.errors import StreamfillError
 
     when = parse_since(since)
     url = get_settings().offsets_db_url
-    engine = create_engine(url)
+    engine = make_engine(url)
     try:
         found = queries.rows(engine, view, job, topic, when, limit)
     except StreamfillError as exc:

@@ -22,18 +22,16 @@ def quality(
     """Run the suite: one PASS or FAIL line per expectation, stored in quality_results; exit 1 on a failure."""
     from sqlalchemy.exc import OperationalError
 
+    from offsets_db import queries
+    from offsets_db.engine import make_engine
     from spark_jobs import pipelines
     from spark_jobs import quality as q
     from streamfill.errors import QualityFailed, StreamfillError
 
-    from sqlalchemy import create_engine
-
-    from offsets_db import queries
-
     url = get_settings().offsets_db_url
     try:
         spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
-        engine = create_engine(url)
+        engine = make_engine(url)
         try:
             queries.rows(engine, "latest", job, limit=1)  # an unknown job fails, naming the known ones
         finally:

@@ -13,6 +13,8 @@ from spark_jobs.runs import fail
 JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
 PipelineOpt = Annotated[Optional[str], typer.Option(
     "--pipeline", help="the entry whose format, columns and rules parse the topic (default: --job's entry)")]
+WaitOpt = Annotated[str, typer.Option(
+    "--wait-for-job", help="while another launch holds the job: wait this long (30s, 10m, 1h) instead of refusing")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
 
 
@@ -28,6 +30,7 @@ def stream(
     checkpoint: Annotated[Optional[str], typer.Option(
         "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
     pipeline: PipelineOpt = None,
+    wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
 ) -> None:
     """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
@@ -37,7 +40,8 @@ def stream(
     try:
         args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
                                                 max_offsets_per_trigger=max_offsets_per_trigger,
-                                                checkpoint=checkpoint, pipeline=pipeline)
+                                                checkpoint=checkpoint, pipeline=pipeline,
+                                                wait_for_job=wait_for_job)
     except StreamfillError as exc:
         raise fail(exc) from None
     job_module.launch(args, master)

@@ -28,6 +28,11 @@ class DataLoss:
     lost_to: int
 
     def describe(self) -> str:
+        if self.kind == "offset_went_back":
+            return (f"data loss on {self.topic}-{self.partition}: the log now ends at offset {self.lost_from}, below "
+                    f"the position {self.lost_to} already read (the topic was deleted and recreated, or its log "
+                    f"truncated); what the old log held from {self.lost_to} on was never read, and the new log's "
+                    "offsets up to that position would be skipped")
         what = {
             "partition_deleted": "the partition was deleted",
             "new_partition_not_from_zero": "a new partition's log does not start at offset 0",
@@ -57,18 +62,30 @@ def below_log_start(start: Positions, watermarks: Watermarks) -> list[DataLoss]:
             for tp, off in sorted(start.items()) if tp in watermarks and off < watermarks[tp][0]]
 
 
+def beyond_log_end(start: Positions, watermarks: Watermarks) -> list[DataLoss]:
+    """Positions past the log end: the partition's offsets went backwards (Spark reports the same: "offset was
+    changed from A to B"). Reading goes on from the new log's first offset; [log end, position) is the gap."""
+    return [DataLoss(tp.topic, tp.partition, "offset_went_back", watermarks[tp][1], off)
+            for tp, off in sorted(start.items()) if tp in watermarks and off > watermarks[tp][1]]
+
+
 def enforce(events: list[DataLoss], fail_on_data_loss: bool) -> list[DataLoss]:
     """Raise naming every lost range when failOnDataLoss is true; otherwise log and return the events."""
     if not events:
         return events
     text = "; ".join(e.describe() for e in events)
     if fail_on_data_loss:
-        raise DataLossError(f"{text}. {FAIL_ON_DATA_LOSS_HINT}")
+        raise DataLossError(f"{text}. {FAIL_ON_DATA_LOSS_HINT}", events)
     for e in events:
         log.warning("%s; continuing from the first available offset (failOnDataLoss=false)", e.describe())
     return events
 
 
 def skip_lost(start: Positions, watermarks: Watermarks) -> Positions:
-    """Where reading continues after a loss: the first available offset."""
-    return {tp: max(off, watermarks[tp][0]) if tp in watermarks else off for tp, off in start.items()}
+    """Where reading continues after a loss: the first available offset (of the new log, for a position past
+    the log end)."""
+    def after(tp: TopicPartition, off: int) -> int:
+        low, high = watermarks[tp]
+        return low if off > high else max(off, low)
+
+    return {tp: after(tp, off) if tp in watermarks else off for tp, off in start.items()}

@@ -110,6 +110,7 @@ class StreamEnumerator:
         """Where the next micro-batch ends; `start` itself when there is nothing (or not enough) to read."""
         latest, wm = self.latest()
         full_start = {tp: start.get(tp, wm[tp][0]) for tp in latest}  # new partitions from their first offset
+        went_back = data_loss.beyond_log_end(full_start, wm)  # a batch must report it, even with nothing to read
         full_start = data_loss.skip_lost(full_start, wm)
         if self.target is not None:
             latest = {tp: max(full_start[tp], min(off, self.target.get(tp, full_start[tp])))
@@ -118,6 +119,9 @@ class StreamEnumerator:
         end = {tp: max(off, full_start[tp]) for tp, off in end.items()}
         available = planner.backlog(full_start, end)
         waited_ms = (time.monotonic() - self._last_trigger) * 1000
+        if went_back:
+            self._last_trigger = time.monotonic()
+            return end
         if available == 0 or (min_rows and available < min_rows and waited_ms < self.opts.max_trigger_delay_ms
                               and self.target is None):
             return dict(start)
@@ -134,6 +138,7 @@ class StreamEnumerator:
         losses += data_loss.new_partitions(new, wm)
         begin = {tp: start.get(tp, 0) for tp in live}
         losses += [e for e in data_loss.below_log_start(begin, wm) if TopicPartition(e.topic, e.partition) not in new]
+        losses += data_loss.beyond_log_end(begin, wm)
         data_loss.enforce(losses, self.opts.fail_on_data_loss)
         begin = data_loss.skip_lost(begin, wm)
         finish = {tp: max(end[tp], begin[tp]) for tp in live}

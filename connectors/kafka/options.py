@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from connectors.kafka.offsets import (
-    Earliest, GlobalTimestamp, Latest, OffsetSpec, TimestampByPartition, parse_spec, per_partition,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetSpec,
+    TimestampByPartition,
+    parse_spec,
+    per_partition,
 )
 from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
 from streamfill import durations
@@ -44,6 +50,8 @@ class SourceOptions:
     job: str | None = None  # records every planned range in offsets_db under this job name
     commit_to_group: str | None = None  # Kafka consumer group that mirrors the job's committed offsets
     offsets_db_url: str = ""  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL)
+    job_generation: int | None = None  # the launch's hold on the job (design §8); None: the source takes it
+    wait_for_job_ms: int = 0  # how long to wait for another launch holding the job (waitForJob)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -92,7 +100,25 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         job=_job(opts),
         commit_to_group=_commit_to_group(opts),
         offsets_db_url=opts.get("offsetsdburl") or (default_db_url() if "job" in opts else ""),
+        job_generation=_needs_job(opts, "jobGeneration", _positive(opts, "jobGeneration")),
+        wait_for_job_ms=_needs_job(opts, "waitForJob", _wait_ms(opts.get("waitforjob"))) or 0,
     )
+
+
+def _needs_job(opts: dict[str, str], name: str, value):
+    if value is not None and "job" not in opts:
+        raise OptionError(name, opts[name.lower()], "only applies to a job", "Add .option('job', 'NAME')")
+    return value
+
+
+def _wait_ms(raw: str | None) -> int | None:
+    """waitForJob: how long a launch waits for the one holding its job; 0 (the default) refuses at once."""
+    if raw is None:
+        return None
+    ms = durations.parse_ms(raw, default_unit="s")
+    if ms is None:
+        raise OptionError("waitForJob", raw, "is not a duration", "Use e.g. 0 (refuse at once), 30s, 10m or 1h")
+    return ms
 
 
 def _job(opts: dict[str, str]) -> str | None:

@@ -6,7 +6,9 @@ here: the exactly-once protocol (`offsets_db.exactly_once`) moves dead letters a
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,14 +81,15 @@ def parse_mode(raw: str | None) -> str:
 
 
 def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
-    """One staging table per (target, job, column shape); a job writes its batches one after another."""
+    """One staging table per (target, owner, column shape): a stream's job writes its batches one after
+    another into one; a single write (a backfill chunk, a df.write) has one of its own."""
     digest = hashlib.sha1(f"{schema}.{table}|{owner}|{shape}".encode()).hexdigest()[:16]
-    return f"_sf_stage_{table[:30]}_{digest}"
+    return f"{STAGE_PREFIX}{table[:30]}_{digest}"
 
 
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],
             owner: str, dead_letters: bool = False, evolve: bool = False) -> Target:
-    """Create the target when missing, check it when it exists, and create its staging table.
+    """Create the target when missing and check it when it exists (`create_stage` makes its staging table).
 
     An existing table must have every written column. With `evolve` (a table a pipeline entry manages) each of
     them must also have the declared type (the error gives the statement to run), a column it lacks is added,
@@ -107,13 +110,63 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
                 sql.SQL(", ").join(map(sql.Identifier, key))))
         else:
             _check_existing(cur, target, existing, evolve)
-        extra = [sql.SQL("NULL::{} AS {}").format(sql.SQL(t), sql.Identifier(n))
-                 for n, t in (DEAD_LETTER_COLUMNS if dead_letters else ())]
+    conn.commit()
+    return target
+
+
+STAGE_PREFIX = "_sf_stage_"
+
+
+def create_stage(conn: PgConnection, target: Target, kind: str, sweep_after_s: float) -> None:
+    """The target's staging table, UNLOGGED for speed: a crash empties it, and the commit's count of staged rows
+    catches that. Its comment says whose it is and since when, so stages of writes whose driver died (kind
+    `write`, older than `sweep_after_s`) are dropped here, by the next write into the same schema."""
+    extra = [sql.SQL("NULL::{} AS {}").format(sql.SQL(t), sql.Identifier(n))
+             for n, t in (DEAD_LETTER_COLUMNS if target.dead_letters else ())]
+    with conn.cursor() as cur:
+        sweep_orphans(cur, target.schema, sweep_after_s)
         cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} AS SELECT {}, ''::text AS _sf_write_id "
                             "FROM {} WITH NO DATA").format(
             target.stage_ident, sql.SQL(", ").join([*map(sql.Identifier, target.names), *extra]), target.ident))
+        cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(target.stage_ident, sql.Literal(json.dumps(
+            {"streamfill_stage": kind, "target": f"{target.schema}.{target.table}", "created": time.time()}))))
     conn.commit()
-    return target
+
+
+def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
+    """Drop staging tables of single writes (kind `write`) created more than `older_than_s` ago: their driver
+    died before it could drop them. A table another session still uses is left for the next sweep."""
+    cur.execute("""
+        SELECT c.relname::text, obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE %s""", (schema, STAGE_PREFIX.replace("_", r"\_") + "%"))
+    dropped = []
+    for name, comment in cur.fetchall():
+        try:
+            about = json.loads(comment or "{}")
+        except ValueError:
+            continue
+        if about.get("streamfill_stage") != "write" or time.time() - float(about.get("created", 0)) < older_than_s:
+            continue
+        cur.execute("SAVEPOINT sf_sweep")
+        try:
+            cur.execute("SET LOCAL lock_timeout = '1s'")
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+            cur.execute("RELEASE SAVEPOINT sf_sweep")
+            dropped.append(name)
+        except psycopg2.errors.LockNotAvailable:
+            cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
+    if dropped:
+        log.warning("schema %s: dropped %d staging table(s) of writes whose driver died: %s", schema, len(dropped),
+                    ", ".join(dropped))
+    return dropped
+
+
+def count_staged(cur, target: Target, write_ids: Sequence[str]) -> int:
+    """Rows staged under these writes (valid rows and dead letters alike)."""
+    cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE _sf_write_id = ANY(%s)").format(target.stage_ident),
+                (list(write_ids),))
+    return cur.fetchone()[0]
 
 
 # format_type() spells some types out; the sink's own names are the short ones

@@ -1,10 +1,13 @@
 """`streamfill_postgres`: the exactly-once Postgres sink for df.write and writeStream (design §3).
 
-Tasks COPY their rows into the (target, job) staging table under a write id of their own and return it.
-The driver's commit hands the protocol (`offsets_db.exactly_once.commit_batch`) the rows to move: exactly
-the staged rows named by the commit messages. The protocol runs the one transaction that also commits the
-batch's offsets and resume snapshot; a batch already committed (a replay) moves nothing. Rows of failed task
-attempts are never named, so they never land; each commit clears what they left behind.
+Tasks COPY their rows into a staging table under a write id of their own and return it with how many rows
+they staged and, per partition, the lowest and highest offset among them. The driver's commit hands the
+protocol (`offsets_db.exactly_once.commit_batch`) the rows to move: exactly the staged rows named by the
+commit messages, checked to be the batch's (their offsets) and all there (their count: the stage is UNLOGGED,
+and a PostgreSQL crash empties it). The protocol runs the one transaction that also commits the batch's
+offsets and resume snapshot, for the launch that holds the job only (`jobGeneration`, design §8); a batch
+already committed (a replay) moves nothing. Rows of failed task attempts are never named, so they never land.
+After the commit a stream's stage is emptied and a single write's stage (a backfill chunk) is dropped.
 """
 
 from __future__ import annotations
@@ -14,26 +17,44 @@ import logging
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
-    ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
-    IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
 )
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Engine, make_url
 
 from connectors.postgres import copy, target
 from connectors.postgres.target import Column, Target
 from connectors.spark.tracking import mirror_to_group
 from offsets_db import exactly_once
+from offsets_db.engine import make_engine
 from offsets_db.exactly_once import StagedDeadLetters
 from streamfill import failpoints
 from streamfill.errors import OptionError, SinkError
 from streamfill.names import parse_table, validate_job_name
+from streamfill.partitions import TopicPartition
+from streamfill.pg import PgSettings, connect_args
 from streamfill.settings import default_db_url
 
 log = logging.getLogger("streamfill.postgres_sink")
@@ -67,6 +88,7 @@ def dsn(url: str) -> str:
 class StagedWrite(WriterCommitMessage):
     write_id: str
     rows: int
+    offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # per partition: lowest, highest
 
 
 class PostgresSink(DataSource):
@@ -77,10 +99,10 @@ class PostgresSink(DataSource):
         return "streamfill_postgres"
 
     def writer(self, schema: StructType, overwrite: bool) -> PostgresBatchWriter:
-        return PostgresBatchWriter(_plan(self.options, schema, overwrite))
+        return PostgresBatchWriter(_plan(self.options, schema, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> PostgresStreamWriter:
-        return PostgresStreamWriter(_plan(self.options, schema, overwrite))
+        return PostgresStreamWriter(_plan(self.options, schema, overwrite, streaming=True))
 
 
 @dataclass(frozen=True)
@@ -91,16 +113,18 @@ class SinkPlan:
     target: Target
     mode: str
     job: str | None
-    own_stage: bool  # a stage of this write alone (no job): dropped at the end
+    own_stage: bool  # a stage of this write alone (a df.write, or no job): dropped after its commit
+    generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
+    ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
 
 
 def prepare_table(options: dict, schema: StructType) -> None:
     """Create, check or evolve the target now, on the driver, before a query reads anything: what the sink
-    does when Spark first asks it for a writer."""
-    _plan(options, schema, False)
+    does when Spark first asks it for a writer (its staging table is made then)."""
+    _plan(options, schema, False, streaming=False, stage=False)
 
 
-def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
+def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool, stage: bool = True) -> SinkPlan:
     opts = {k.lower(): v for k, v in options.items()}
     if overwrite:
         raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
@@ -123,10 +147,12 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
                if f.name not in staged_only]
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
     evolve = _bool(opts, "evolveSchema")
+    generation = _generation(opts, job)
     url = opts.get("url") or default_db_url()
-    owner = job or f"write-{uuid.uuid4().hex}"
+    own_stage = job is None or not streaming
+    owner = f"{job or 'write'}-{uuid.uuid4().hex}" if own_stage else job
     try:
-        conn = psycopg2.connect(dsn(url), connect_timeout=10)
+        conn = psycopg2.connect(dsn(url), **connect_args())
     except psycopg2.OperationalError as exc:
         raise SinkError(f"cannot connect to PostgreSQL at {make_url(url).render_as_string()}: "
                         f"{str(exc).strip()}. Start it (streamfill stack up) or fix the url option / "
@@ -135,9 +161,22 @@ def _plan(options: dict, schema: StructType, overwrite: bool) -> SinkPlan:
         if job is not None:
             _require_offsets_db(conn, url)
         tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters, evolve)
+        if stage:
+            target.create_stage(conn, tgt, "write" if own_stage else "stream", PgSettings().stage_orphan_after_s)
     finally:
         conn.close()
-    return SinkPlan(url, tgt, mode, job, own_stage=job is None)
+    ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
+    return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged)
+
+
+def _generation(opts: dict, job: str | None) -> int | None:
+    raw = opts.get("jobgeneration")
+    if raw is None:
+        return None
+    if job is None or not raw.isdigit() or int(raw) < 1:
+        raise OptionError("jobGeneration", raw, "must be a positive whole number, with the job option",
+                          "Leave it out (the source holds the job), or pass the generation of the launch's lease")
+    return int(raw)
 
 
 # the PostgreSQL types a `columnTypes` option may name (they are written into CREATE TABLE as they are)
@@ -187,7 +226,8 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
     write_id = uuid.uuid4().hex
     rows = 0
     names = plan.target.staged_names
-    conn = psycopg2.connect(dsn(plan.url), connect_timeout=10, options=copy.STAGING_OPTIONS)
+    offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    conn = psycopg2.connect(dsn(plan.url), **connect_args(copy.STAGING_OPTIONS))
     try:
         with conn.cursor() as cur:
             statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
@@ -196,10 +236,23 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                 if batch.num_rows:
                     cur.copy_expert(statement, _Reader(copy.encode(batch, names, write_id)))
                     rows += batch.num_rows
+                    if plan.ranged:
+                        _widen(offsets, batch)
         conn.commit()
     finally:
         conn.close()
-    return StagedWrite(write_id, rows)
+    return StagedWrite(write_id, rows, offsets)
+
+
+def _widen(offsets: dict[tuple[str, int], tuple[int, int]], batch: pa.RecordBatch) -> None:
+    """Lowest and highest offset per (topic, partition) of the rows staged so far."""
+    grouped = pa.Table.from_batches([batch]).select(["topic", "partition", "offset"]).group_by(
+        ["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max")]).to_pydict()
+    for t, p, low, high in zip(grouped["topic"], grouped["partition"], grouped["offset_min"], grouped["offset_max"]):
+        if t is None or p is None or low is None:
+            continue
+        was = offsets.get((t, p))
+        offsets[(t, p)] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
 
 
 class _Reader:
@@ -227,36 +280,77 @@ _engines: dict[str, Engine] = {}
 def _engine(url: str) -> Engine:
     """One pool per database in this Python process: a micro-batch commit should not pay for a new connection."""
     if url not in _engines:
-        _engines[url] = create_engine(url, pool_pre_ping=True, pool_size=1)
+        _engines[url] = make_engine(url, pool_size=1)
     return _engines[url]
 
 
 @dataclass(frozen=True)
 class _Staged:
-    """This batch's staged rows, as the protocol's commit moves or drops them."""
+    """This batch's staged rows, as the protocol's commit moves them."""
 
     plan: SinkPlan
-    write_ids: list[str]
+    writes: list[StagedWrite]
+
+    @property
+    def write_ids(self) -> list[str]:
+        return [w.write_id for w in self.writes]
 
     @property
     def dead_letters(self) -> StagedDeadLetters | None:
         return StagedDeadLetters(self.plan.target.stage_ident, self.write_ids) if self.plan.target.dead_letters \
             else None
 
+    @property
+    def offsets(self) -> dict[TopicPartition, tuple[int, int]]:
+        merged: dict[TopicPartition, tuple[int, int]] = {}
+        for w in self.writes:
+            for (t, p), (low, high) in w.offsets.items():
+                was = merged.get(TopicPartition(t, p))
+                merged[TopicPartition(t, p)] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
+        return merged
+
     def move(self, cur) -> int:
+        """Every staged row must still be there: an UNLOGGED stage is emptied by a PostgreSQL crash."""
+        expected = sum(w.rows for w in self.writes)
+        found = target.count_staged(cur, self.plan.target, self.write_ids)
+        if found != expected:
+            raise SinkError(f"{self.plan.target.schema}.{self.plan.target.table}: {found:,} staged rows found where "
+                            f"the tasks staged {expected:,} (PostgreSQL restarted after a crash since they wrote, "
+                            "which empties the UNLOGGED staging table). Nothing is committed; the batch fails and "
+                            "Spark replays it")
         return target.move(cur, self.plan.target, self.write_ids, self.plan.mode)
 
-    def discard(self, cur) -> None:
-        if self.plan.own_stage:
-            target.drop_stage(cur, self.plan.target)
-        else:
-            target.discard(cur, self.plan.target)  # including rows of failed task attempts
+
+def _cleanup(plan: SinkPlan) -> None:
+    """After the commit: empty a stream's stage (rows of failed task attempts included) or drop a single
+    write's. Never blocks for long behind a straggling task's COPY: the next commit or sweep does it then."""
+    try:
+        conn = psycopg2.connect(dsn(plan.url), **connect_args())
+    except psycopg2.OperationalError as exc:
+        log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.target.stage, exc)
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET lock_timeout = '5s'")
+            if plan.own_stage:
+                target.drop_stage(cur, plan.target)
+            else:
+                target.discard(cur, plan.target)
+        conn.commit()
+    except psycopg2.Error as exc:
+        log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.target.stage,
+                    str(exc).strip())
+    finally:
+        conn.close()
 
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
     failpoints.hit("sink.staged")
-    ids = _write_ids(messages)
-    done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, ids), spark_batch_id=spark_batch_id)
+    writes = [m for m in messages if isinstance(m, StagedWrite)]
+    ids = [w.write_id for w in writes]
+    done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, writes),
+                                     spark_batch_id=spark_batch_id, generation=plan.generation)
+    _cleanup(plan)
     if not done.replay:
         log.info("%s.%s: %d rows and %d dead letters from %d writes committed", plan.target.schema,
                  plan.target.table, done.rows, done.dead_letters, len(ids))
@@ -268,7 +362,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
 def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Best effort: staged rows never reach the target without a commit, and the next commit clears them."""
     try:
-        conn = psycopg2.connect(dsn(plan.url), connect_timeout=10)
+        conn = psycopg2.connect(dsn(plan.url), **connect_args())
     except psycopg2.OperationalError as exc:
         log.warning("abort could not reach PostgreSQL (%s); staged rows stay until the next commit", exc)
         return

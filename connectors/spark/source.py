@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter, InputPartition,
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from connectors.kafka import options as source_options
 from connectors.kafka.broker import Broker
-from connectors.kafka.enumerator import StreamEnumerator, plan_bounded
+from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
 from connectors.kafka.options import SourceOptions
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
 from connectors.spark import kafka_sink
 from connectors.spark.tracking import JobTracker, job_config
 from streamfill import failpoints
+from streamfill.errors import DataLossError
 from streamfill.partitions import from_json_shape, to_json_shape
 
 log = logging.getLogger("streamfill.source")
@@ -40,7 +50,18 @@ class RangePartition(InputPartition):
 
 
 def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
-    return None if opts.job is None else JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts))
+    return None if opts.job is None else JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts),
+                                                    generation=opts.job_generation, wait_ms=opts.wait_for_job_ms)
+
+
+def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Plan:
+    """Data loss that fails the query (failOnDataLoss=true) is still recorded in offsets_db for the job."""
+    try:
+        return plan()
+    except DataLossError as exc:
+        if tracker is not None and exc.events:
+            tracker.record_losses(exc.events)
+        raise
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -80,10 +101,14 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        plan = plan_bounded(self.opts, Broker(self.opts.kafka))
         tracker = _tracker(self.opts, "backfill")
-        if tracker is not None:
-            tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
+        try:
+            plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, Broker(self.opts.kafka)))
+            if tracker is not None:
+                tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
+        finally:
+            if tracker is not None:
+                tracker.release()  # the commit checks the plan's generation, so the hold need not last
         return [RangePartition(r) for r in plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -97,10 +122,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._enumerator: StreamEnumerator | None = None
         self._tracker: JobTracker | None = None
+        self._fresh = False  # Spark asked for the initial offset: no checkpoint to resume from
 
     def __getstate__(self) -> dict:
         # executors only need the options; enumerator and tracker hold clients and driver-side state
-        return {"opts": self.opts, "_enumerator": None, "_tracker": None}
+        return {"opts": self.opts, "_enumerator": None, "_tracker": None, "_fresh": False}
 
     @property
     def enumerator(self) -> StreamEnumerator:
@@ -116,6 +142,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         """With a job and no checkpoint, the stream resumes where offsets_db says the job stands."""
+        self._fresh = True
         resume = self.tracker.resume() if self.tracker else None
         if resume:
             log.info("job %s resumes from offsets_db: %s", self.opts.job, to_json_shape(resume))
@@ -147,14 +174,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = from_json_shape(start)
-        plan = self.enumerator.plan(begin, from_json_shape(end))
+        plan = _recording_loss(self.tracker, lambda: self.enumerator.plan(begin, from_json_shape(end)))
         if self.tracker is not None:
-            self.tracker.record(plan, start=begin)  # a replayed batch finds its own record
+            # a replayed batch finds its own record; a checkpoint of another job is refused
+            self.tracker.record(plan, start=begin, from_checkpoint=not self._fresh)
         failpoints.hit("source.planned")
         return [RangePartition(r) for r in plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
+
+    def stop(self) -> None:
+        """The query stopped: the job is free for its next launch."""
+        if self._tracker is not None:
+            self._tracker.release()
 
     def commit(self, end: dict) -> None:
         """Spark finished the batch ending at `end`; commits it in offsets_db when the sink did not."""

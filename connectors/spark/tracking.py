@@ -10,6 +10,7 @@ from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan
 from connectors.kafka.options import SourceOptions
 from offsets_db.exactly_once import PlannedRange
+from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from streamfill.partitions import Positions
 
@@ -43,32 +44,59 @@ def mirror_to_group(config: Mapping, positions: Positions) -> None:
 
 
 class JobTracker:
-    """Driver-side only; built lazily so the reader pickles without a database connection."""
+    """Driver-side only; built lazily so the reader pickles without a database connection.
 
-    def __init__(self, job: str, url: str, kind: str, config: dict | None = None) -> None:
+    Plans carry the launch's hold on the job (design §8): the `jobGeneration` option when a streamfill job
+    took the job before starting the query, otherwise the tracker takes it itself on first use and keeps it
+    while its process lives (for a stream, the query's life)."""
+
+    def __init__(self, job: str, url: str, kind: str, config: dict | None = None, *,
+                 generation: int | None = None, wait_ms: int = 0) -> None:
         self.job, self.url, self.kind, self.config = job, url, kind, config or {}
+        self.generation, self.wait_ms = generation, wait_ms
         self._store: OffsetStore | None = None
+        self._lease: Lease | None = None
 
     @property
     def store(self) -> OffsetStore:
         if self._store is None:
-            self._store = OffsetStore(self.url)
-            self._store.ensure_job(self.job, self.kind, self.config)
+            store = OffsetStore(self.url)
+            store.ensure_job(self.job, self.kind, self.config)
+            if self.generation is None:
+                self._lease = store.hold(self.job, wait_s=self.wait_ms / 1000,
+                                         wait_hint="set the source option waitForJob, e.g. 10m",
+                                         on_wait=lambda h: log.warning("job %s: waiting for %s", self.job,
+                                                                       h.describe()))
+                self.generation = self._lease.generation
+            self._store = store
         return self._store
+
+    def release(self) -> None:
+        """Give the job back (a bounded read once its plan is recorded, a stream when its query stops): Spark may
+        keep this Python process for later work, and a lease must not outlive its query."""
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def record_losses(self, losses) -> None:
+        """Data loss that fails the query (failOnDataLoss=true) is recorded before the failure."""
+        self.store.record_losses(self.job, losses)
 
     def resume(self) -> Positions:
         return self.store.snapshot(self.job)
 
-    def record(self, plan: Plan, start: Positions | None) -> int:
-        """Record the plan before any task reads it; `start` (Spark's) is checked against the snapshot."""
+    def record(self, plan: Plan, start: Positions | None, from_checkpoint: bool = False) -> int:
+        """Record the plan before any task reads it; `start` (Spark's, read from an existing checkpoint when
+        `from_checkpoint`) is checked against the snapshot."""
         ranges = [PlannedRange(tp.topic, tp.partition, b, e, *plan.watermarks.get(tp, (None, None)))
                   for tp, (b, e) in sorted(plan.bounds.items())]
-        return self.store.record_planned(self.job, ranges, start=None if start is None else dict(start),
-                                         losses=plan.losses)
+        store = self.store
+        return store.record_planned(self.job, ranges, start=None if start is None else dict(start),
+                                    losses=plan.losses, generation=self.generation, from_checkpoint=from_checkpoint)
 
     def committed_by_spark(self, end: Positions) -> None:
         """Spark committed the batch ending at `end`; commit it here when no sink did (a no-op otherwise)."""
-        if self.store.commit_through(self.job, dict(end)):
+        if self.store.commit_through(self.job, dict(end), self.generation):
             log.info("job %s: batch ending at %s committed by the source (the sink does not commit offsets)",
                      self.job, dict(end))
         mirror_to_group(self.config, self.store.snapshot(self.job))

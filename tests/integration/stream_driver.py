@@ -1,12 +1,14 @@
 """A stream from streamfill_kafka into streamfill_postgres, run as its own process so tests can SIGKILL it.
 
 python stream_driver.py TOPIC JOB TABLE CHECKPOINT [MAX_OFFSETS_PER_TRIGGER]
+DRIVER_SOURCE_OPTIONS (JSON) adds source options, e.g. {"failOnDataLoss": "false"}.
 Runs with Trigger.AvailableNow and exits 0 when everything available has been written. Each row gets a random
 `row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -27,7 +29,8 @@ def main(topic: str, job: str, table: str, checkpoint: str, max_per_trigger: str
     query = (spark.readStream.format("streamfill_kafka")
              .option("kafka.bootstrap.servers", settings.bootstrap_servers)
              .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job).load()
+             .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job)
+             .options(**json.loads(os.environ.get("DRIVER_SOURCE_OPTIONS", "{}"))).load()
              .withColumn("row_id", expr("uuid()"))
              .writeStream.format("streamfill_postgres").option("table", table).option("job", job)
              .option("keyColumns", "row_id")

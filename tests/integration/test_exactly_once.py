@@ -11,14 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.stack.postgres import Postgres
-from streamfill.settings import Settings
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -126,24 +123,11 @@ def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refu
     assert "delete the checkpoint directory" in refused.stderr
     assert sorted(table_rows(stack_settings.offsets_db_url, table)) == expected(1600), "nothing written"
 
-
-@pytest.fixture
-def private_postgres(stack_settings):
-    """A PostgreSQL of its own (the shared one also holds Airflow's metadata, which must not go away)."""
-    from app.stack.process import port_free
-    from offsets_db.migrate import upgrade
-
-    port = next(p for p in range(stack_settings.pg_port + 100, stack_settings.pg_port + 200)
-                if port_free(stack_settings.host, p))
-    settings = Settings(home=stack_settings.home / f"test-pg-{uuid.uuid4().hex[:8]}", pg_port=port,
-                        db_url=None)
-    postgres = Postgres(settings)
-    postgres.prepare()
-    postgres.start()
-    upgrade(settings.offsets_db_url)
-    yield postgres
-    postgres.stop()
-    shutil.rmtree(settings.home, ignore_errors=True)
+    # the same checkpoint under a job offsets_db has never seen: another job's checkpoint, refused
+    foreign = run_driver(topic_name, f"{job}-other", f"{table}_other", stale)
+    assert foreign.returncode != 0
+    assert "is not this job's: the job has no committed position in offsets_db" in foreign.stderr, \
+        foreign.stderr[-3000:]
 
 
 def test_postgres_stopped_at_commit_fails_the_batch_and_the_restart_completes_exactly_once(

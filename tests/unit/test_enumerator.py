@@ -86,3 +86,25 @@ def test_initial_offsets_are_resolved_once():
     assert e.initial() == {T0: 10}
     broker.logs = {T0: (0, 99)}
     assert e.initial() == {T0: 10}, "Spark asks twice; latest must not move in between"
+
+
+def test_a_position_past_the_log_end_is_data_loss_even_with_nothing_to_read():
+    """The topic was deleted and recreated: the log now ends below where the stream stands (Spark: "offset was
+    changed from 2300 to 1300"). A batch must happen to report it, even when the new log is empty."""
+    broker = MemoryBroker({T0: (0, 0)})
+    e = enumerator(broker)
+    end = e.next_end({T0: 2300}, None, None)
+    assert end == {T0: 0}, "an empty new log still gives a batch, so the loss is seen"
+    with pytest.raises(DataLossError, match=r"t-0: the log now ends at offset 0, below the position 2300"):
+        e.plan({T0: 2300}, end)
+
+
+def test_with_fail_on_data_loss_false_the_new_log_is_read_from_its_start():
+    broker = MemoryBroker({T0: (0, 1300)})
+    e = enumerator(broker, failOnDataLoss="false")
+    end = e.next_end({T0: 2300}, 1000, None)
+    assert end == {T0: 1000}
+    plan = e.plan({T0: 2300}, end)
+    assert [(r.start, r.end) for r in plan.ranges] == [(0, 1000)]
+    assert [(x.kind, x.lost_from, x.lost_to) for x in plan.losses] == [("offset_went_back", 1300, 2300)]
+    assert plan.bounds == {T0: (0, 1000)}

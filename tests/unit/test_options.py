@@ -112,3 +112,25 @@ def test_timestamps_past_the_newest_record_resolve_to_the_log_end():
 
     assert resolve(GlobalTimestamp(123), PARTS, WM, lookup, option="startingTimestamp", default=Earliest()) == {
         PARTS[0]: 7, PARTS[1]: 50, PARTS[2]: 10}
+
+
+def test_job_fencing_options():
+    opts = parse({**BASE, "subscribe": "t", "job": "orders", "jobGeneration": "7", "waitForJob": "10m"}, streaming=True)
+    assert (opts.job_generation, opts.wait_for_job_ms) == (7, 600_000)
+    assert parse({**BASE, "subscribe": "t", "job": "orders", "waitForJob": "30"}, streaming=True).wait_for_job_ms == 30_000
+    assert "only applies to a job" in error({"subscribe": "t", "waitForJob": "10m"})
+    assert "waitForJob='soon': is not a duration" in error({"subscribe": "t", "job": "orders", "waitForJob": "soon"})
+    assert "jobGeneration='-1'" in error({"subscribe": "t", "job": "orders", "jobGeneration": "-1"})
+
+
+def test_every_postgres_connection_gets_timeouts_and_keepalives(monkeypatch):
+    from streamfill.pg import PgSettings, connect_args
+
+    monkeypatch.setenv("STREAMFILL_PG_LOCK_TIMEOUT", "5s")
+    args = connect_args("-c TimeZone=UTC")
+    assert args["keepalives"] == 1 and args["keepalives_idle"] == 30
+    assert args["options"] == ("-c lock_timeout=5s -c statement_timeout=30min "
+                               "-c idle_in_transaction_session_timeout=10min -c TimeZone=UTC")
+    monkeypatch.setenv("STREAMFILL_PG_STATEMENT_TIMEOUT", "forever")
+    with pytest.raises(ValueError, match="statement_timeout"):
+        PgSettings()

@@ -4,8 +4,8 @@ Revision ID: 0001
 Revises: 
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0001'

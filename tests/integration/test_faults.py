@@ -1,0 +1,322 @@
+"""Faults on purpose (design §8, issue "Faults and fencing"): concurrent launches of one job, PostgreSQL crashed
+between the tasks' COPY and the commit, a topic deleted and recreated, poison records. Every test ends with the
+same check a user would make: per partition, rows + dead letters = offsets consumed, and nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.admin import AdminClient
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from sqlalchemy import create_engine, text
+
+from connectors.spark import postgres_sink
+from offsets_db.exactly_once import PlannedRange
+from offsets_db.store import OffsetStore
+from streamfill.errors import Fenced, JobBusy, ProtocolError
+from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
+from tests.kafka_helpers import create_topic, end_offsets, produce
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+
+def assert_exactly_once(url: str, job: str, table: str, consumed: dict[int, int]) -> None:
+    """Per partition: rows in the table + the job's dead letters = offsets its committed batches consumed =
+    `consumed` (what the test produced), and no (partition, offset) twice."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = dict(conn.execute(text(f'SELECT partition, count(*) FROM "{table}" GROUP BY partition')).all())
+            twice = conn.execute(text(f'SELECT count(*) FROM (SELECT partition, "offset" FROM "{table}" '
+                                      'GROUP BY 1, 2 HAVING count(*) > 1) d')).scalar()
+            dead = dict(conn.execute(text(
+                "SELECT d.partition, count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
+                "WHERE j.name = :j GROUP BY d.partition"), {"j": job}).all())
+            planned = dict(conn.execute(text(
+                "SELECT bo.partition, sum(bo.end_offset - bo.start_offset) FROM batch_offsets bo "
+                "JOIN batches b ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id "
+                "WHERE j.name = :j AND b.committed_at IS NOT NULL GROUP BY bo.partition"), {"j": job}).all())
+    finally:
+        engine.dispose()
+    landed = {p: rows.get(p, 0) + dead.get(p, 0) for p in consumed}
+    assert twice == 0, f"{twice} (partition, offset) pairs landed twice"
+    assert landed == consumed, f"rows + dead letters per partition {landed} != offsets consumed {consumed}"
+    assert {p: int(planned.get(p, 0)) for p in consumed} == consumed, \
+        f"committed batches cover {planned}, not exactly {consumed}"
+
+
+def start_driver(topic: str, job: str, table: str, checkpoint: Path, env: dict | None = None,
+                 max_per_trigger: int = 200) -> subprocess.Popen:
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
+            "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen([sys.executable, str(DRIVER), topic, job, table, str(checkpoint), str(max_per_trigger)],
+                            env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def pause_at(fp: Path, point: str, at: int) -> dict:
+    return {"STREAMFILL_FAILPOINT": point, "STREAMFILL_FAILPOINT_AT": str(at), "STREAMFILL_FAILPOINT_ACTION": "pause",
+            "STREAMFILL_FAILPOINT_DIR": str(fp)}
+
+
+def wait_for(path: Path, proc: subprocess.Popen, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the driver ended before {what}:\n{proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.2)
+
+
+def per_partition(count: int, partitions: int = 4) -> dict[int, int]:
+    return {p: len(range(p, count, partitions)) for p in range(partitions)}
+
+
+# one launch per job
+
+def test_two_streams_of_one_job_with_different_checkpoints_one_runs_the_other_is_refused(
+        stack_settings, bootstrap, topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 2000))
+    job, table = f"{topic_name}-two", f"{topic_name}_two"
+    fp = tmp_path / "fp"
+    first = start_driver(topic_name, job, table, tmp_path / "ck-a", pause_at(fp, "sink.staged", 2))
+    try:
+        wait_for(fp / "reached", first, "the first launch's second commit")
+        second = subprocess.run([sys.executable, str(DRIVER), topic_name, job, table, str(tmp_path / "ck-b"), "200"],
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                                timeout=300)
+        assert second.returncode != 0, "a second launch of a held job must not run"
+        assert f"job '{job}' is held by another launch" in second.stderr, second.stderr[-3000:]
+        assert f"on host {socket.gethostname()}, pid" in second.stderr
+        (fp / "go").touch()
+        out, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert_exactly_once(stack_settings.offsets_db_url, job, table, per_partition(2000))
+
+
+def _sink(table: str, job: str, generation: int | None, url: str):
+    schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
+                         StructField("offset", LongType()), StructField("v", StringType())])
+    options = {"table": table, "job": job, "url": url, "keyColumns": "topic,partition,offset"}
+    if generation is not None:
+        options["jobGeneration"] = str(generation)
+    return postgres_sink._plan(options, schema, False, streaming=False)
+
+
+def _write(plan, topic: str, start: int, end: int) -> None:
+    """What Spark does with one chunk: a task stages its rows, the driver commits its message."""
+    batch = pa.record_batch({"topic": [topic] * (end - start), "partition": pa.array([0] * (end - start), pa.int32()),
+                             "offset": pa.array(range(start, end), pa.int64()),
+                             "v": [f"v{i}" for i in range(start, end)]})
+    message = postgres_sink._stage(plan, iter([batch]))
+    try:
+        postgres_sink._commit(plan, [message], None)
+    except BaseException:
+        postgres_sink._abort(plan, [message])
+        raise
+
+
+def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_chunk(stack_settings, topic_name):
+    """The interleaving measured in the issue, step by step and without Spark: launch A commits chunk 1 and
+    plans chunk 2; launch B (same arguments) must neither take the job nor commit its chunk-1 rows as chunk 2."""
+    url = stack_settings.offsets_db_url
+    store = OffsetStore(url)
+    job, table, topic = f"{topic_name}-il", f"{topic_name}_il", topic_name
+    store.ensure_job(job, "backfill")
+    a = store.hold(job)
+    run_a = store.start_run(job, lease=a)
+    sink_a = _sink(table, job, a.generation, url)
+    store.record_planned(job, [PlannedRange(topic, 0, 0, 100)], generation=a.generation)
+    _write(sink_a, topic, 0, 100)
+    store.record_planned(job, [PlannedRange(topic, 0, 100, 200)], generation=a.generation)
+
+    with pytest.raises(JobBusy, match=rf"held by another launch: run {run_a} on host {socket.gethostname()}, "
+                                      rf"pid {os.getpid()}, for \d+s"):
+        store.hold(job)
+    with pytest.raises(JobBusy):
+        store.record_planned(job, [PlannedRange(topic, 0, 0, 100)])  # planning without holding the job
+    with pytest.raises(ProtocolError, match=r"offsets 0\.\.99 are not batch 2's \(it planned \[100, 200\)\)"):
+        _write(_sink(table, job, None, url), topic, 0, 100)  # B's chunk-1 rows offered as the pending chunk 2
+    _write(sink_a, topic, 100, 200)
+    assert store.snapshot(job) == {(topic, 0): 200}
+
+    # A plans chunk 3 and loses its session (a crash of its lease connection); B takes the job over
+    store.record_planned(job, [PlannedRange(topic, 0, 200, 300)], generation=a.generation)
+    a.release()
+    b = store.hold(job)
+    assert b.generation == a.generation + 1
+    with pytest.raises(Fenced, match=f"generation {a.generation}"):
+        _write(sink_a, topic, 200, 300)  # A's late commit of chunk 3
+    store.record_planned(job, [PlannedRange(topic, 0, 200, 300)], generation=b.generation)  # B replans chunk 3
+    _write(_sink(table, job, b.generation, url), topic, 200, 300)
+    b.release()
+    assert store.snapshot(job) == {(topic, 0): 300}
+    assert_exactly_once(url, job, table, {0: 300})
+
+    # a launch that waits (--wait-for-job, waitForJob) gets the job when the holder ends
+    c = store.hold(job)
+    threading.Timer(1.0, c.release).start()
+    d = store.hold(job, wait_s=120)
+    assert d.generation == c.generation + 1
+    d.release()
+
+
+# PostgreSQL crashes
+
+def _crash(postgres) -> None:
+    """`pg_ctl stop -m immediate`: no shutdown checkpoint; recovery empties UNLOGGED tables."""
+    postgres._run([postgres._bin("pg_ctl"), "-D", str(postgres.data_dir), "stop", "-m", "immediate", "-w"], "crash")
+
+
+def test_postgres_crashed_between_the_tasks_copy_and_the_commit_fails_the_batch_and_the_rerun_is_exactly_once(
+        private_postgres, bootstrap, topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 1200))
+    url = private_postgres.settings.offsets_db_url
+    job, table, checkpoint = f"{topic_name}-crash", f"{topic_name}_crash", tmp_path / "checkpoint"
+    fp = tmp_path / "fp"
+    driver = start_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url,
+                                                               **pause_at(fp, "sink.staged", 2)})
+    try:
+        wait_for(fp / "reached", driver, "the second commit")
+        _crash(private_postgres)
+        private_postgres.start()
+        (fp / "go").touch()
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode != 0, "a batch whose staged rows vanished must fail"
+    assert "staged rows found where the tasks staged" in err, err[-3000:]
+    done = run_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(url, job, table, per_partition(1200))
+
+
+# offsets that go backwards
+
+def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics([topic], operation_timeout=30).values():
+        fut.result(60)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            create_topic(bootstrap, topic, partitions)
+            return
+        except Exception:  # noqa: BLE001 - the deletion is still in progress
+            assert time.monotonic() < deadline, "the topic could not be recreated"
+            time.sleep(0.5)
+
+
+def test_a_topic_deleted_and_recreated_is_data_loss_failing_or_recorded_by_failOnDataLoss(
+        stack_settings, bootstrap, topic_name, tmp_path, db):
+    url = stack_settings.offsets_db_url
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [{"value": f'{{"n": {i}}}'.encode(), "partition": 0} for i in range(2300)])
+    job, table, checkpoint = f"{topic_name}-re", f"{topic_name}_re", tmp_path / "checkpoint"
+    assert run_driver(topic_name, job, table, checkpoint, max_per_trigger=1000).returncode == 0
+    _recreate(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [{"value": f'{{"n": {i}}}'.encode(), "partition": 0} for i in range(1300)])
+    assert end_offsets(bootstrap, topic_name) == {0: 1300}
+
+    failed = run_driver(topic_name, job, table, checkpoint, max_per_trigger=1000)
+    assert failed.returncode != 0, "failOnDataLoss=true: the stream must fail"
+    assert f"data loss on {topic_name}-0: the log now ends at offset 1300, below the position 2300" in failed.stderr, \
+        failed.stderr[-3000:]
+    with db.connect() as conn:
+        events = conn.execute(text("SELECT e.kind, e.lost_from, e.lost_to FROM data_loss_events e JOIN jobs j "
+                                   "ON j.id = e.job_id WHERE j.name = :j"), {"j": job}).all()
+    assert ("offset_went_back", 1300, 2300) in events, "the failure is recorded for the job"
+
+    env = {"DRIVER_SOURCE_OPTIONS": json.dumps({"failOnDataLoss": "false"})}
+    done = subprocess.run([sys.executable, str(DRIVER), topic_name, job, table, str(tmp_path / "ck2"), "1000"],
+                          env={**os.environ, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+        recorded = conn.execute(text(
+            "SELECT count(*) FROM data_loss_events e JOIN jobs j ON j.id = e.job_id WHERE j.name = :j AND "
+            "e.kind = 'offset_went_back' AND e.batch_id IS NOT NULL"), {"j": job}).scalar()
+        snapshot = conn.execute(text("SELECT next_offset FROM snapshots s JOIN jobs j ON j.id = s.job_id "
+                                     "WHERE j.name = :j"), {"j": job}).scalar()
+    engine.dispose()
+    assert recorded == 1, "failOnDataLoss=false: the event is recorded with the batch that read the new log"
+    assert snapshot == 1300
+    assert rows == 2300 + 1300, "the old log's 2,300 rows and the whole new log, nothing skipped"
+
+
+# poison records
+
+def test_poison_records_in_the_middle_of_a_stream_become_dead_letters_and_the_stream_goes_on(
+        stack_settings, bootstrap, topic_name, tmp_path):
+    """A NUL in a string (PostgreSQL's COPY refuses it), bytes that are not UTF-8, a value far over its
+    column's limit: each becomes a dead letter with its reason; every record around them lands."""
+    name = f"poison_{topic_name}"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"""jobs:
+  {name}:
+    topic: {topic_name}
+    format: json
+    columns:
+      id:   {{type: bigint, required: true}}
+      note: {{type: string, max_length: 1000}}
+    key: [id]
+    table: {name}
+""")
+    create_topic(bootstrap, topic_name, 2)
+    good = lambda i: {"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}  # noqa: E731
+    produce(bootstrap, topic_name, [good(i) for i in range(300)])
+    produce(bootstrap, topic_name, [
+        {"value": json.dumps({"id": 1000, "note": "a\u0000b"}).encode(), "partition": 0},
+        {"value": b'{"id": 1001, "note": "\xff\xfe"}', "partition": 1},
+        {"value": json.dumps({"id": 1002, "note": "x" * 900_000}).encode(), "partition": 0},
+        {"value": b"\x00\x01 not json", "partition": 1}])
+    produce(bootstrap, topic_name, [good(i) for i in range(300, 600)])
+    done = subprocess.run([sys.executable, "-m", "app.cli", "stream", "--job", name, "--trigger", "available-now",
+                           "--checkpoint", str(tmp_path / "ck")], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250"}, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    url = stack_settings.offsets_db_url
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        reasons = dict(conn.execute(text("SELECT d.\"offset\" + 1000 * d.partition, d.error FROM dead_letters d "
+                                         "JOIN jobs j ON j.id = d.job_id WHERE j.name = :j"), {"j": name}).all())
+    engine.dispose()
+    assert len(reasons) == 4, reasons
+    assert any("NUL" in r for r in reasons.values()), reasons
+    assert any("UTF-8" in r for r in reasons.values()), reasons
+    assert any("note" in r and "1000" in r for r in reasons.values()), reasons
+    assert_exactly_once(url, name, name, {0: 302, 1: 302})
+
+
+def test_a_checkpoint_of_other_partitions_is_refused_before_anything_is_planned(stack_settings, topic_name):
+    """A job that read topic A, resumed from a checkpoint that only knows topic B: not this job's."""
+    store = OffsetStore(stack_settings.offsets_db_url)
+    job = f"{topic_name}-ck"
+    store.ensure_job(job, "stream")
+    with store.hold(job) as lease:
+        store.record_planned(job, [PlannedRange("a", 0, 0, 10)], start={("a", 0): 0}, generation=lease.generation)
+        store.commit_through(job, {("a", 0): 10}, lease.generation)
+        with pytest.raises(ProtocolError, match=r"is not this job's: none of its partitions is one the job has "
+                                                r"read \(a-0\)"):
+            store.record_planned(job, [PlannedRange("b", 0, 5, 10)], start={("b", 0): 5},
+                                 generation=lease.generation, from_checkpoint=True)
+    assert store.snapshot(job) == {("a", 0): 10}
