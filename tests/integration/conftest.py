@@ -28,3 +28,23 @@ def private_postgres(stack_settings):
     yield postgres
     postgres.stop()
     shutil.rmtree(settings.home, ignore_errors=True)
+
+
+@pytest.fixture
+def private_kafka(stack_settings):
+    """A broker of its own (the stack's serves every other test), with the stack's jars."""
+    from app.stack.kafka import Kafka
+    from app.stack.process import port_free
+
+    free = [p for p in range(stack_settings.kafka_port + 300, stack_settings.kafka_port + 400)
+            if port_free(stack_settings.host, p)]
+    settings = Settings(home=stack_settings.home / f"test-kafka-{uuid.uuid4().hex[:8]}", kafka_port=free[0],
+                        kafka_controller_port=free[1], kafka_bootstrap_servers=None)
+    kafka = Kafka(settings)
+    kafka.root.mkdir(parents=True)
+    kafka.libs.symlink_to(Kafka(stack_settings).libs)
+    kafka.prepare()
+    kafka.start()
+    yield kafka
+    kafka.stop()
+    shutil.rmtree(settings.home, ignore_errors=True)

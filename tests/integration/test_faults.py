@@ -320,3 +320,32 @@ def test_a_checkpoint_of_other_partitions_is_refused_before_anything_is_planned(
             store.record_planned(job, [PlannedRange("b", 0, 5, 10)], start={("b", 0): 5},
                                  generation=lease.generation, from_checkpoint=True)
     assert store.snapshot(job) == {("a", 0): 10}
+
+
+# the broker
+
+def test_the_broker_stopped_mid_batch_and_restarted_ends_exactly_once(private_kafka, stack_settings, topic_name,
+                                                                      tmp_path):
+    """The batch is planned, the broker goes away before its tasks read, and comes back: the tasks wait for it
+    (or the batch fails and the rerun replays it); either way every record lands once."""
+    bootstrap = private_kafka.settings.bootstrap_servers
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 1200))
+    job, table, checkpoint = f"{topic_name}-broker", f"{topic_name}_broker", tmp_path / "checkpoint"
+    fp = tmp_path / "fp"
+    env = {"STREAMFILL_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+           "DRIVER_SOURCE_OPTIONS": json.dumps({"kafkaConsumer.pollTimeoutMs": "90000"})}
+    driver = start_driver(topic_name, job, table, checkpoint, {**env, **pause_at(fp, "source.planned", 2)})
+    try:
+        wait_for(fp / "reached", driver, "the second batch's plan")
+        private_kafka.stop()
+        (fp / "go").touch()  # the tasks start reading from a broker that is down
+        private_kafka.start()
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    if driver.returncode != 0:  # the batch gave up on the broker: the rerun replays it
+        done = run_driver(topic_name, job, table, checkpoint, env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(stack_settings.offsets_db_url, job, table, per_partition(1200))

@@ -177,3 +177,36 @@ def test_commit_to_group_mirrors_latest_offsets_into_the_kafka_group(spark, boot
 def group_offsets(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
     result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic}
+
+
+def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(stack_settings, db):
+    """A driver that died between its tasks' COPY and its commit leaves its stage behind; the next write into
+    the schema drops it once it is older than STREAMFILL_PG_STAGE_ORPHAN_AFTER_S. A stream's stage stays."""
+    import psycopg2
+
+    from connectors.postgres import target
+    from connectors.postgres.target import Column
+    from connectors.spark.postgres_sink import dsn
+
+    table = f"orphans_{uuid.uuid4().hex[:8]}"
+    conn = psycopg2.connect(dsn(stack_settings.offsets_db_url))
+    try:
+        cols = [Column("id", "bigint")]
+        dead = target.prepare(conn, None, table, cols, ("id",), f"write-{uuid.uuid4().hex}")
+        target.create_stage(conn, dead, "write", 86_400)
+        stream = target.prepare(conn, None, table, cols, ("id",), "a-stream-job")
+        target.create_stage(conn, stream, "stream", 86_400)
+        with conn.cursor() as cur:  # as if created two days ago
+            cur.execute(f'COMMENT ON TABLE "{dead.stage}" IS %s', (
+                '{"streamfill_stage": "write", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
+            cur.execute(f'COMMENT ON TABLE "{stream.stage}" IS %s', (
+                '{"streamfill_stage": "stream", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
+        conn.commit()
+        fresh = target.prepare(conn, None, table, cols, ("id",), f"write-{uuid.uuid4().hex}")
+        target.create_stage(conn, fresh, "write", 86_400)
+    finally:
+        conn.close()
+    with db.connect() as c:
+        stages = {r[0] for r in c.execute(text("SELECT tablename FROM pg_tables WHERE tablename LIKE :p"),
+                                          {"p": f"_sf_stage_{table}%"}).all()}
+    assert stages == {stream.stage, fresh.stage}, "the orphan is dropped; the stream's and the new one stay"
