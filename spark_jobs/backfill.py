@@ -109,6 +109,8 @@ class Prepared:
     window: Window
     done: dict[TopicPartition, int]
     state: str  # "new", "resuming", "new pass" or "complete"
+    config: dict | None = None  # the job's config to record before reading; None: nothing to record
+    restart: bool = False  # a new plan: the job starts over from it
 
 
 @dataclass
@@ -151,7 +153,8 @@ def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Wi
 
 
 def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
-    """Decide what this launch does and record the plan; nothing is read yet."""
+    """Decide what this launch does; nothing is read or recorded yet (`record` does that, once every argument,
+    the table included, is checked)."""
     prior = store.job_config(args.job).get("backfill")
     snap = store.snapshot(args.job)
     if prior:
@@ -159,9 +162,8 @@ def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
         old_done = progress(old, snap)
         unfinished = remaining(old, old_done) > 0
         same = {k: prior.get(k) for k in args.recorded()} == args.recorded()
-        if same and unfinished:
-            store.ensure_job(args.job, "backfill", {"backfill": {**prior, "mode": args.mode}})
-            return Prepared(old, old_done, "resuming")  # the recorded plan, not a new resolution
+        if same and unfinished:  # the recorded plan, not a new resolution
+            return Prepared(old, old_done, "resuming", {"backfill": {**prior, "mode": args.mode}})
         if unfinished:
             raise StreamfillError(
                 f"job {args.job!r} has an unfinished backfill of topic {prior['topic']!r} from {prior['from']!r} "
@@ -171,9 +173,23 @@ def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
     if prior and window == Window.from_json(prior["window"]) and prior["table"] == args.table \
             and args.mode == "append-new":
         return Prepared(window, {tp: e for tp, (_, e) in window.bounds.items()}, "complete")
-    store.ensure_job(args.job, "backfill",
-                     {"backfill": {**args.recorded(), "mode": args.mode, "window": window.to_json()}}, restart=True)
-    return Prepared(window, {tp: s for tp, (s, _) in window.bounds.items()}, "new pass" if prior else "new")
+    return Prepared(window, {tp: s for tp, (s, _) in window.bounds.items()}, "new pass" if prior else "new",
+                    {"backfill": {**args.recorded(), "mode": args.mode, "window": window.to_json()}}, restart=True)
+
+
+def record(args: BackfillArgs, prep: Prepared, store: OffsetStore) -> None:
+    """The plan into offsets_db: from here on a re-run with other arguments is refused until this one finishes."""
+    if prep.config is not None:
+        store.ensure_job(args.job, "backfill", prep.config, restart=prep.restart)
+
+
+def check_table(args: BackfillArgs, spark, bootstrap: str, url: str) -> None:
+    """The sink's check of --table on the driver (created when missing, checked and evolved when it exists), as
+    the stream does before it records anything: a table that does not fit never leaves a plan behind."""
+    from connectors.spark.postgres_sink import prepare_table
+
+    prepare_table(sink_options(args.spec, args.job, args.table, args.mode, url),
+                  rows_of(args.spec, _kafka(spark, args, bootstrap, url)).schema)
 
 
 def run(args: BackfillArgs, spark, bootstrap: str, url: str,
@@ -188,12 +204,16 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
     prep = prepare(args, broker, store)
     window, total = prep.window, prep.window.total
     summary = Summary(args.job, prep.state, window.to_json())
-    if on_progress:
-        on_progress(total - remaining(window, prep.done), total)
     if prep.state == "complete":
+        if on_progress:
+            on_progress(total, total)
         summary.seconds = time.monotonic() - started
         return summary
     register(spark)
+    check_table(args, spark, bootstrap, url)
+    record(args, prep, store)
+    if on_progress:
+        on_progress(total - remaining(window, prep.done), total)
     first_batch = store.last_batch_id(args.job)
     with recorded_run(store, args.job, spark.sparkContext.applicationId):
         done = prep.done
@@ -212,19 +232,25 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
     return summary
 
 
+def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
+           chunk: dict[TopicPartition, tuple[int, int]] | None = None):
+    """One chunk's read; without a chunk, only its columns (a DataFrame that is never run)."""
+    reader = (spark.read.format("streamfill_kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("includeHeaders", str(args.spec.format == "raw").lower())
+              .option("job", args.job).option("offsetsDbUrl", url))
+    if chunk is None:
+        return reader.option("subscribe", args.topic).load()
+    return (reader.option("assign", json.dumps({args.topic: sorted(tp.partition for tp in chunk)}))
+            .option("startingOffsets", json.dumps(to_json_shape({tp: s for tp, (s, _) in chunk.items()})))
+            .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
+            .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+            .load())
+
+
 def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
                  url: str) -> None:
-    parts = {args.topic: sorted(tp.partition for tp in chunk)}
-    kafka = (spark.read.format("streamfill_kafka")
-             .option("kafka.bootstrap.servers", bootstrap)
-             .option("assign", json.dumps(parts))
-             .option("startingOffsets", json.dumps(to_json_shape({tp: s for tp, (s, _) in chunk.items()})))
-             .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
-             .option("minPartitions", str(spark.sparkContext.defaultParallelism))
-             .option("includeHeaders", str(args.spec.format == "raw").lower())
-             .option("job", args.job).option("offsetsDbUrl", url)
-             .load())
-    (rows_of(args.spec, kafka).write.format("streamfill_postgres")
+    (rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk)).write.format("streamfill_postgres")
      .options(**sink_options(args.spec, args.job, args.table, args.mode, url)).mode("append").save())
 
 

@@ -80,12 +80,25 @@ def parse_spec(raw: str, option: str, *, side: str, bounded: bool, topic: str | 
     ending = side == "ending" and not times
     allowed = "-1 (latest) or an offset >= 0" if ending else "-2 (earliest), -1 (latest) or >= 0"
     for tp, off in pairs:
-        if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST or (ending and off == EARLIEST):
-            raise OptionError(option, raw, f"offset {off!r} of {tp} is not valid",
+        if not json_int(off):
+            raise OptionError(option, raw, f"offset {shown(off)} of {tp} is not a JSON integer",
+                              f"The JSON must map partition numbers to offsets: {allowed}")
+        if off < EARLIEST or (ending and off == EARLIEST):
+            raise OptionError(option, raw, f"offset {off} of {tp} is not valid",
                               f"The JSON must map partition numbers to offsets: {allowed}")
     if bounded and side == "starting" and not times and any(off == LATEST for _, off in pairs):
         raise OptionError(option, raw, "a bounded read cannot start at -1 (latest)", "Use -2 or an offset")
     return SpecificOffsets(tuple(pairs))
+
+
+def json_int(value: object) -> bool:
+    """A JSON integer: not `true` (Python's bool is an int subclass, so it would pass as 1), not 1.0 or 1e3."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shown(value: object) -> str:
+    """A parsed JSON value as the user wrote it (`true`, not Python's `True`)."""
+    return json.dumps(value)
 
 
 def per_partition(raw: str, option: str, *, topic: str | None = None) -> list[tuple[TopicPartition, object]]:
@@ -105,7 +118,7 @@ def per_partition(raw: str, option: str, *, topic: str | None = None) -> list[tu
     out = []
     for name, parts in parsed.items():
         for p, v in parts.items():
-            if not str(p).isdigit():
+            if not (p.isascii() and p.isdigit()):  # JSON keys are strings; '²'.isdigit() is true
                 raise OptionError(option, raw, f"partition {p!r} of {name} is not a number",
                                   f"The JSON must map partition numbers to offsets, e.g. {example}")
             out.append((TopicPartition(name, int(p)), v))

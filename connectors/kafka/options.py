@@ -17,6 +17,7 @@ from connectors.kafka.offsets import (
     Latest,
     OffsetSpec,
     TimestampByPartition,
+    json_int,
     parse_spec,
     per_partition,
 )
@@ -159,10 +160,14 @@ def _subscription(opts: dict[str, str]) -> Subscription:
                               "Fix the pattern, e.g. 'orders-.*'") from None
         return SubscribePattern(value)
     parsed = _json(value, "assign", 'e.g. {"orders": [0, 1]}')
-    if not isinstance(parsed, dict) or not all(
-            isinstance(ps, list) and all(isinstance(p, int) and p >= 0 for p in ps) for ps in parsed.values()):
+    if not isinstance(parsed, dict) or not all(isinstance(ps, list) for ps in parsed.values()):
         raise OptionError("assign", value, "must map each topic to a list of partition numbers",
                           'Write it as {"orders": [0, 1]}')
+    for topic, ps in parsed.items():
+        for p in ps:
+            if not json_int(p) or p < 0:
+                raise OptionError("assign", value, f"partition {json.dumps(p)} of {topic} is not a partition number "
+                                  "(a JSON integer >= 0)", 'Write it as {"orders": [0, 1]}')
     return Assign(tuple(TopicPartition(t, p) for t, ps in parsed.items() for p in ps))
 
 
@@ -172,9 +177,13 @@ def _spec(opts: dict[str, str], side: str, *, default: OffsetSpec, bounded: bool
     if ts_key in opts:
         return GlobalTimestamp(_nonneg_int(opts[ts_key], f"{side}Timestamp", "epoch milliseconds"))
     if by_ts_key in opts:
-        name = f"{side}OffsetsByTimestamp"
-        return TimestampByPartition(tuple(
-            (tp, _nonneg_int(v, name, "epoch milliseconds")) for tp, v in per_partition(opts[by_ts_key], name)))
+        name, raw = f"{side}OffsetsByTimestamp", opts[by_ts_key]
+        pairs = per_partition(raw, name)
+        for tp, v in pairs:
+            if not json_int(v) or v < 0:
+                raise OptionError(name, raw, f"timestamp {json.dumps(v)} of {tp} is not epoch milliseconds (a JSON "
+                                  "integer >= 0)", f'Write it as {{"{tp.topic}": {{"{tp.partition}": 1700000000000}}}}')
+        return TimestampByPartition(tuple(pairs))
     if off_key not in opts:
         return default
     return parse_spec(opts[off_key], f"{side}Offsets", side=side, bounded=bounded)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,13 +92,16 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
             owner: str, dead_letters: bool = False, evolve: bool = False) -> Target:
     """Create the target when missing and check it when it exists (`create_stage` makes its staging table).
 
-    An existing table must have every written column. With `evolve` (a table a pipeline entry manages) each of
-    them must also have the declared type (the error gives the statement to run), a column it lacks is added,
-    nullable, and columns it has that are not written are reported in the log and left as they are."""
+    An existing table must have every written column, each of a type that `holds` what is written: a mismatch
+    would otherwise fail at COPY on the executors, after retries. Errors give the statement to run. With `evolve`
+    (a table a pipeline entry manages) a column it lacks is added, nullable, and columns it has that are not
+    written are reported in the log and left as they are."""
     with conn.cursor() as cur:
         if schema is None:
             cur.execute("SELECT current_schema()")
             schema = cur.fetchone()[0]
+        else:
+            _check_schema(cur, schema, table)
         shape = ",".join(f"{c.name}:{c.pg_type}" for c in columns) + ("|dead-letters" if dead_letters else "")
         target = Target(schema, table, tuple(columns), tuple(key), stage_name(schema, table, owner, shape),
                         dead_letters)
@@ -171,13 +175,39 @@ def count_staged(cur, target: Target, write_ids: Sequence[str]) -> int:
 
 # format_type() spells some types out; the sink's own names are the short ones
 _TYPE_NAMES = {"timestamp with time zone": "timestamptz", "timestamp without time zone": "timestamp",
-               "character varying": "varchar", "numeric": "numeric"}
+               "timestamp(6) with time zone": "timestamptz", "timestamp(6) without time zone": "timestamp",
+               "character varying": "varchar"}
 
 
 def normal_type(pg_type: str) -> str:
     """`numeric(12, 2)` and `numeric(12,2)`, `timestamptz` and `timestamp with time zone` compare equal."""
     text = " ".join(pg_type.lower().replace(", ", ",").split())
     return _TYPE_NAMES.get(text, text)
+
+
+# Besides its own type, the column types that store every value of a type the sink writes unchanged. COPY
+# accepts more, but rounds (numeric(p,s) of a smaller scale, real, timestamp(3)) or refuses only the values
+# that do not fit (integer, varchar(n), numeric(p,s) of fewer digits), on an executor in the middle of a batch.
+_WIDER = {"smallint": {"integer", "bigint", "real", "double precision"}, "integer": {"bigint", "double precision"},
+          "real": {"double precision"}, "text": {"varchar"}}
+_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}  # digits of each integer type's largest value
+_NUMERIC = re.compile(r"numeric(?:\((\d+),(\d+)\))?")
+
+
+def holds(existing: str, written: str) -> bool:
+    """Whether a column of type `existing` stores every value the sink writes as `written`, unchanged."""
+    have, want = normal_type(existing), normal_type(written)
+    if have == want or have in _WIDER.get(want, ()):
+        return True
+    room, value = _NUMERIC.fullmatch(have), _NUMERIC.fullmatch(want)
+    if room is None or not (want in _DIGITS or (value and value[1])):
+        return False
+    if room[1] is None:  # numeric without a precision: any number
+        return True
+    whole, scale = int(room[1]) - int(room[2]), int(room[2])
+    if want in _DIGITS:
+        return whole >= _DIGITS[want]
+    return whole >= int(value[1]) - int(value[2]) and scale >= int(value[2])
 
 
 def existing_columns(cur, schema: str, table: str) -> dict[str, str]:
@@ -191,22 +221,32 @@ def existing_columns(cur, schema: str, table: str) -> dict[str, str]:
     return dict(cur.fetchall())
 
 
+def _check_schema(cur, schema: str, table: str) -> None:
+    cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    if cur.fetchone() is None:
+        raise SinkError(f"table {schema}.{table}: schema {schema} does not exist. Create it "
+                        f"(CREATE SCHEMA {sql.Identifier(schema).as_string(cur)}) or name a table in an existing "
+                        "schema")
+
+
 def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool) -> None:
     name = f"{target.schema}.{target.table}"
+    table = target.ident.as_string(cur)
     differ = [(c, existing[c.name]) for c in target.columns
-              if evolve and c.name in existing and normal_type(existing[c.name]) != normal_type(c.pg_type)]
+              if c.name in existing and not holds(existing[c.name], c.pg_type)]
     if differ:
-        c, have = differ[0]
+        alter = ", ".join(f"ALTER COLUMN {col} TYPE {c.pg_type} USING {col}::{c.pg_type}"
+                          for c, _ in differ for col in [sql.Identifier(c.name).as_string(cur)])
         raise SinkError(
-            f"table {name} has column {c.name} of type {have}, but it is written as {c.pg_type}"
-            + (f" ({len(differ) - 1} more column(s) differ)" if len(differ) > 1 else "")
-            + ". Change the column (ALTER TABLE "
-            f"{target.ident.as_string(cur)} ALTER COLUMN {sql.Identifier(c.name).as_string(cur)} TYPE {c.pg_type} "
-            f"USING {sql.Identifier(c.name).as_string(cur)}::{c.pg_type}), or write into a new table")
+            f"table {name} has " + "; ".join(f"column {c.name} of type {have}, but it is written as {c.pg_type}"
+                                             for c, have in differ)
+            + f" (a column must hold every value of its written type). Change the column(s): ALTER TABLE {table} "
+            f"{alter}; or write into a new table, which the sink creates with the written types")
     missing = [c for c in target.columns if c.name not in existing]
     if missing and not evolve:
+        add = ", ".join(f"ADD COLUMN {sql.Identifier(c.name).as_string(cur)} {c.pg_type}" for c in missing)
         raise SinkError(f"table {name} has no column(s) {', '.join(c.name for c in missing)} that the "
-                        "DataFrame writes. Add them (ALTER TABLE ... ADD COLUMN) or select only existing columns")
+                        f"DataFrame writes. Add them (ALTER TABLE {table} {add}) or select only existing columns")
     for c in missing:
         cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
             target.ident, sql.Identifier(c.name), sql.SQL(c.pg_type)))

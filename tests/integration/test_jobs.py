@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from spark_jobs import backfill, stream
+from spark_jobs import backfill, quality, stream
 from spark_jobs.demo import events
 from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
+from streamfill.errors import OptionError, SinkError
 from tests.kafka_helpers import consume_all
 from tests.kafka_helpers import produce as produce_records
 
@@ -209,6 +210,62 @@ def test_a_stream_and_a_backfill_over_the_same_offsets_into_one_table_land_each_
     assert len(ids) == len(set(ids)) == len(valid) and set(ids) == valid
     for job in (f"{topic_name}-s", f"{topic_name}-b"):  # each job read everything and recorded its dead letters
         assert landed(db, table, job)[1] == set(bad)
+
+
+def test_a_backfill_into_a_table_that_does_not_fit_records_nothing_and_runs_once_the_table_is_right(
+        spark, stack_settings, bootstrap, db, topic_name):
+    valid, bad = demo_topic(bootstrap, topic_name, 300, 0.05, partitions=2)
+    job, url = f"{topic_name}-table", stack_settings.offsets_db_url
+    wrong = f"{topic_name}_wrong"
+    with db.begin() as conn:  # user_id is written as bigint
+        conn.exec_driver_sql(f'CREATE TABLE "{wrong}" (topic text, partition integer, "offset" bigint, '
+                             'user_id integer, UNIQUE (topic, partition, "offset"))')
+
+    def recorded() -> list[tuple]:
+        return query(db, "SELECT (SELECT count(*) FROM jobs WHERE name = :j), (SELECT count(*) FROM runs r JOIN "
+                         "jobs j ON j.id = r.job_id WHERE j.name = :j), (SELECT count(*) FROM batches b JOIN jobs j "
+                         "ON j.id = b.job_id WHERE j.name = :j)", j=job)
+
+    with pytest.raises(OptionError, match="--table 'a.b.c' is not a table name"):
+        backfill.BackfillArgs(job, topic_name, "earliest", "latest", "a.b.c", pipeline="orders")
+    for table, message in (
+            (wrong, f"table public.{wrong} has column user_id of type integer, but it is written as bigint"
+                    f" .*ALTER TABLE \"public\".\"{wrong}\" ALTER COLUMN \"user_id\" TYPE bigint"),
+            (f"{topic_name}_none.events", f"schema {topic_name}_none does not exist. Create it \\(CREATE SCHEMA")):
+        args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, chunk_size=200, pipeline="orders")
+        with pytest.raises(SinkError, match=message):
+            backfill.run(args, spark, bootstrap, url)
+        assert recorded() == [(0, 0, 0)], f"{table}: nothing recorded, so nothing refuses the right table later"
+
+    right = f"{topic_name}_right"
+    args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", right, chunk_size=200, pipeline="orders")
+    summary = backfill.run(args, spark, bootstrap, url)
+    assert summary.state == "new" and summary.offsets == 300
+    ids, dead, offsets = landed(db, right, job)
+    assert set(ids) == valid and dead == set(bad) and len(offsets) == 300
+    assert recorded() == [(1, 1, 2)]
+
+
+def test_quality_checks_a_table_in_a_schema_of_its_own(spark, stack_settings, bootstrap, db, topic_name):
+    valid, bad = demo_topic(bootstrap, topic_name, 200, 0.05, partitions=2)
+    schema, url = f"{topic_name}_q", stack_settings.offsets_db_url
+    table = f"{schema}.Events"  # each part quoted on its own: a mixed-case name survives only that way
+    with db.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    args = backfill.BackfillArgs(f"{topic_name}-q", topic_name, "earliest", "latest", table, pipeline="orders")
+    backfill.run(args, spark, bootstrap, url)
+    assert query(db, f'SELECT count(*) FROM "{schema}"."Events"') == [(len(valid),)]
+    for whole in (False, True):
+        outcome = quality.validate(url, table, args.job, pipeline="orders", whole_table=whole)
+        assert outcome.success, outcome.lines
+        assert outcome.statistics["evaluated_expectations"] >= 5
+        assert not [line for line in outcome.lines if "could not run" in line]
+    with db.begin() as conn:  # a consumed offset neither landed nor dead-lettered: the suite reads this table
+        conn.exec_driver_sql(f'DELETE FROM "{schema}"."Events" WHERE (partition, "offset") = '
+                             f'(SELECT partition, "offset" FROM "{schema}"."Events" LIMIT 1)')
+    outcome = quality.validate(url, table, args.job, pipeline="orders", whole_table=True)
+    assert not outcome.success
+    assert [line for line in outcome.lines if line.startswith("FAIL rows landed + dead letters")], outcome.lines
 
 
 @pytest.mark.parametrize("frm, to, topic_suffix, message", [

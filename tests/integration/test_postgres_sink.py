@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from decimal import Decimal
 
@@ -132,6 +133,32 @@ def test_an_existing_table_is_used_and_checked(spark, db):
     with pytest.raises(AnalysisException, match="does not truncate tables"):
         df.write.format("streamfill_postgres").mode("overwrite").option("table", table).option(
             "keyColumns", "id").save()
+
+
+def test_an_existing_tables_column_types_are_checked_before_any_task_with_the_statement_to_run(spark, db):
+    table = f"typed_{uuid.uuid4().hex[:8]}"
+    with db.begin() as conn:
+        conn.execute(text(f'CREATE TABLE "{table}" (id bigint UNIQUE, n integer, v varchar(5), w varchar, '
+                          'amount numeric(14,4))'))
+    # id int into bigint, w text into varchar, amount decimal(12,2) into numeric(14,4): every value fits;
+    # n bigint into integer and v text into varchar(5): some would fail at COPY, on an executor
+    df = spark.createDataFrame([(1, 3_000_000_000, "toolong", "x", Decimal("1.25"))],
+                               "id int, n long, v string, w string, amount decimal(12,2)")
+    with pytest.raises(AnalysisException) as err:
+        write(df, table, keyColumns="id")
+    msg = str(err.value)
+    assert (f"table public.{table} has column n of type integer, but it is written as bigint; column v of type "
+            "character varying(5), but it is written as text") in msg
+    assert "Job aborted" not in msg and "Task" not in msg, "refused on the driver, before any task ran"
+    statement = re.search(r"ALTER TABLE .*?(?=; or write into a new table)", msg).group(0)
+    assert statement == (f'ALTER TABLE "public"."{table}" ALTER COLUMN "n" TYPE bigint USING "n"::bigint, '
+                         'ALTER COLUMN "v" TYPE text USING "v"::text')
+    with db.begin() as conn:
+        conn.exec_driver_sql(statement)  # what the message says to run, as it says it
+    write(df, table, keyColumns="id")
+    with db.connect() as conn:
+        assert conn.execute(text(f'SELECT id, n, v, w, amount FROM "{table}"')).all() == [
+            (1, 3_000_000_000, "toolong", "x", Decimal("1.2500"))]
 
 
 def test_a_job_records_data_loss_events_with_the_batch(spark, bootstrap, topic_name, db):

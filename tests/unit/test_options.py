@@ -60,6 +60,40 @@ def test_bad_options_name_the_option_and_the_fix(options, names):
         assert name in msg
 
 
+@pytest.mark.parametrize("options, names", [
+    ({"assign": '{"a": [true]}'}, ["assign", "partition true of a is not a partition number"]),
+    ({"assign": '{"a": [0, 1.0]}'}, ["assign", "partition 1.0 of a"]),
+    ({"assign": '{"a": ["1"]}'}, ["assign", 'partition "1" of a']),
+    ({"assign": '{"a": [-1]}'}, ["assign", "partition -1 of a"]),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": true}}'}, ["startingOffsets", "offset true of a-0",
+                                                                   "not a JSON integer"]),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1.0}}'}, ["startingOffsets", "offset 1.0 of a-0"]),
+    ({"subscribe": "a", "endingOffsets": '{"a": {"0": false}}'}, ["endingOffsets", "offset false of a-0"]),
+    ({"subscribe": "a", "endingOffsets": '{"a": {"0": 1e3}}'}, ["endingOffsets", "offset 1000.0 of a-0"]),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"\u00b2": 1}}'}, ["startingOffsets", "is not a number"]),
+    ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a": {"0": true}}'},
+     ["startingOffsetsByTimestamp", "timestamp true of a-0 is not epoch milliseconds"]),
+    ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": 17e11}}'},
+     ["endingOffsetsByTimestamp", "timestamp 1700000000000.0 of a-0"]),
+    ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": "1700000000000"}}'},
+     ["endingOffsetsByTimestamp", 'timestamp "1700000000000" of a-0']),
+    ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": -5}}'}, ["endingOffsetsByTimestamp", "-5"]),
+])
+def test_json_numbers_must_be_json_integers_not_booleans_or_floats(options, names):
+    """Python's bool is an int: without a check, `true` would read as partition or offset 1."""
+    msg = error(options)
+    for name in names:
+        assert name in msg
+
+
+def test_json_integers_are_still_accepted_everywhere():
+    o = parse({**BASE, "assign": '{"a": [0, 1]}', "startingOffsets": '{"a": {"0": 0, "1": -2}}',
+               "endingOffsetsByTimestamp": '{"a": {"1": 0}}'}, streaming=False)
+    assert o.subscription == Assign((TopicPartition("a", 0), TopicPartition("a", 1)))
+    assert o.starting == SpecificOffsets(((TopicPartition("a", 0), 0), (TopicPartition("a", 1), -2)))
+    assert o.ending == TimestampByPartition(((TopicPartition("a", 1), 0),))
+
+
 def test_ending_offsets_on_a_stream_is_an_error():
     msg = error({"subscribe": "a", "endingOffsets": "latest"}, streaming=True)
     assert "endingOffsets" in msg and "streaming" in msg and "AvailableNow" in msg

@@ -51,6 +51,31 @@ def test_stage_names_fit_postgres_and_differ_per_job():
     assert len(a) <= 63 and a != b
 
 
+@pytest.mark.parametrize("existing, written", [
+    ("bigint", "integer"), ("integer", "smallint"), ("double precision", "integer"), ("double precision", "real"),
+    ("numeric", "bigint"), ("numeric(12,2)", "integer"), ("numeric(21,2)", "bigint"), ("numeric", "numeric(12, 2)"),
+    ("numeric(14,4)", "numeric(12, 2)"), ("character varying", "text"), ("timestamp with time zone", "timestamptz"),
+    ("timestamp(6) with time zone", "timestamptz"), ("timestamp without time zone", "timestamp"),
+    ("jsonb", "jsonb"), ("bytea", "bytea"), ("boolean", "boolean"), ("date", "date"),
+])
+def test_a_column_holds_every_value_of_a_narrower_type(existing, written):
+    assert target.holds(existing, written)
+
+
+@pytest.mark.parametrize("existing, written", [
+    ("integer", "bigint"),  # 3000000000 fails at COPY
+    ("real", "integer"), ("double precision", "bigint"),  # rounded
+    ("numeric(12,2)", "bigint"), ("numeric(12,2)", "numeric(14, 2)"), ("numeric(12,1)", "numeric(12, 2)"),
+    ("character varying(5)", "text"), ("character(5)", "text"), ("uuid", "text"), ("text", "bigint"),
+    ("jsonb", "text"), ("json", "jsonb"), ("text", "jsonb"),
+    ("timestamp(3) with time zone", "timestamptz"), ("timestamp without time zone", "timestamptz"),
+    ("timestamp with time zone", "timestamp"), ("timestamp with time zone", "date"), ("integer", "boolean"),
+    ("text[]", "jsonb"),
+])
+def test_a_column_that_would_refuse_or_round_some_values_does_not_hold_them(existing, written):
+    assert not target.holds(existing, written)
+
+
 def test_copy_encoding_round_trips_through_csv():
     batch = pa.record_batch({
         "b": pa.array([b"\x00,\n\"", None], pa.binary()),
