@@ -62,7 +62,7 @@ def backfill_window(job: str) -> str:
     name = o.window_job(spec.name, start)
     o.spark_submit("backfill.py", ["--job", name, "--pipeline", spec.name, "--topic", spec.topic, "--from",
                                    o.iso(start), "--to", o.iso(end), "--table", spec.interval_target, "--mode",
-                                   "replace"], o.endpoints())
+                                   "replace", "--wait-for-job", o.RETRY_WAIT], o.endpoints())
     return name
 
 
@@ -94,7 +94,8 @@ def run_replay(plan: dict) -> str:
 
     o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
                                    plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
-                                   str(plan["chunk_size"]), "--pipeline", plan["pipeline"]], o.endpoints())
+                                   str(plan["chunk_size"]), "--pipeline", plan["pipeline"], "--wait-for-job",
+                                   o.RETRY_WAIT], o.endpoints())
     return plan["job"]
 
 

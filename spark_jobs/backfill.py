@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from connectors.kafka.broker import Broker
+from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
 from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
@@ -35,6 +36,7 @@ from spark_jobs.runs import (
     sink_options,
     submit_main,
     unreachable,
+    wait_seconds,
 )
 from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import default_table, parse_table, validate_job_name
@@ -57,6 +59,7 @@ class BackfillArgs:
     mode: str = "append-new"
     chunk_size: int = DEFAULT_CHUNK
     pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
+    wait_for_job: str = "0"  # how long to wait for another launch holding the job; 0 refuses at once
 
     DERIVED = ("table", "topic")  # from the job and its entry when not given
 
@@ -71,6 +74,7 @@ class BackfillArgs:
         if self.mode not in MODES:
             raise OptionError("--mode", self.mode, "is not a mode",
                               "use append-new (keep existing rows) or replace (upsert)")
+        wait_seconds(self.wait_for_job)
         self.spec  # noqa: B018 - the entry must exist
 
     @cached_property
@@ -194,7 +198,10 @@ def check_table(args: BackfillArgs, spark, bootstrap: str, url: str) -> None:
 
 def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         on_progress: Callable[[int, int], None] | None = None) -> Summary:
-    """Process what is left of the plan chunk by chunk; `on_progress(done, total)` after each chunk."""
+    """Process what is left of the plan chunk by chunk; `on_progress(done, total)` after each chunk.
+
+    Every argument and the table are checked first; then the launch takes the job (refused, or waiting with
+    --wait-for-job, while another launch holds it), decides again under that hold, and records its plan."""
     from connectors.spark import register
 
     store = OffsetStore(url)
@@ -211,14 +218,36 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         return summary
     register(spark)
     check_table(args, spark, bootstrap, url)
-    record(args, prep, store)
-    if on_progress:
-        on_progress(total - remaining(window, prep.done), total)
-    first_batch = store.last_batch_id(args.job)
-    with recorded_run(store, args.job, spark.sparkContext.applicationId):
+    store.ensure_job(args.job, "backfill")  # the job must exist to be held; its plan is recorded once held
+    with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
+                    on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
+        prep = prepare(args, broker, store)  # again: another launch may have moved the job while this one waited
+        window, total = prep.window, prep.window.total
+        summary = Summary(args.job, prep.state, window.to_json())
+        if prep.state == "complete":
+            if on_progress:
+                on_progress(total, total)
+            summary.seconds = time.monotonic() - started
+            return summary
+        record(args, prep, store)
+        if on_progress:
+            on_progress(total - remaining(window, prep.done), total)
+        first_batch = store.last_batch_id(args.job)
+        done = _write_chunks(args, spark, bootstrap, url, store, lease, prep, on_progress)
+    summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
+    summary.offsets = remaining(window, prep.done) - remaining(window, done)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: OffsetStore, lease: Lease,
+                  prep: Prepared, on_progress: Callable[[int, int], None] | None) -> dict[TopicPartition, int]:
+    """Chunk after chunk, each committed before the next is read; returns where the job stands."""
+    window, total = prep.window, prep.window.total
+    with recorded_run(store, args.job, spark.sparkContext.applicationId, lease):
         done = prep.done
         while chunk := next_chunk(window, done, args.chunk_size):
-            _write_chunk(spark, args, chunk, bootstrap, url)
+            _write_chunk(spark, args, chunk, bootstrap, url, lease.generation)
             done = progress(window, store.snapshot(args.job))
             if any(done[tp] < e for tp, (_, e) in chunk.items()):
                 ends = to_json_shape({tp: e for tp, (_, e) in chunk.items()})
@@ -226,19 +255,19 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
                                    "not show it committed; re-run the backfill to continue")
             if on_progress:
                 on_progress(total - remaining(window, done), total)
-    summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
-    summary.offsets = remaining(window, prep.done) - remaining(window, done)
-    summary.seconds = time.monotonic() - started
-    return summary
+    return done
 
 
 def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
-           chunk: dict[TopicPartition, tuple[int, int]] | None = None):
-    """One chunk's read; without a chunk, only its columns (a DataFrame that is never run)."""
+           chunk: dict[TopicPartition, tuple[int, int]] | None = None, generation: int | None = None):
+    """One chunk's read, by the launch holding the job (`generation`); without a chunk, only its columns (a
+    DataFrame that is never run)."""
     reader = (spark.read.format("streamfill_kafka")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("includeHeaders", str(args.spec.format == "raw").lower())
               .option("job", args.job).option("offsetsDbUrl", url))
+    if generation is not None:
+        reader = reader.option("jobGeneration", str(generation))
     if chunk is None:
         return reader.option("subscribe", args.topic).load()
     return (reader.option("assign", json.dumps({args.topic: sorted(tp.partition for tp in chunk)}))
@@ -249,9 +278,9 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
 
 
 def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
-                 url: str) -> None:
-    (rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk)).write.format("streamfill_postgres")
-     .options(**sink_options(args.spec, args.job, args.table, args.mode, url)).mode("append").save())
+                 url: str, generation: int) -> None:
+    (rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation)).write.format("streamfill_postgres")
+     .options(**sink_options(args.spec, args.job, args.table, args.mode, url, generation)).mode("append").save())
 
 
 def launch(args: BackfillArgs, master: str | None = None) -> Summary:

@@ -18,6 +18,8 @@ from sqlalchemy import make_url
 from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from spark_jobs.pipelines import PipelineSpec
+from streamfill import durations
+from streamfill.errors import OptionError
 from streamfill.settings import Settings, get_settings
 
 console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
@@ -119,6 +121,14 @@ def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None,
         raise
     finally:
         store.end_run(run.id, run.status)
+
+
+def wait_seconds(raw: str) -> float:
+    """--wait-for-job: 0 refuses at once when another launch holds the job; 30s, 10m, 1h wait that long."""
+    ms = durations.parse_ms(str(raw), default_unit="s")
+    if ms is None:
+        raise OptionError("--wait-for-job", raw, "is not a duration", "use 0 (refuse at once), 30s, 10m or 1h")
+    return ms / 1000
 
 
 def fail(exc: BaseException) -> SystemExit:

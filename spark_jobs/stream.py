@@ -29,6 +29,7 @@ from spark_jobs.runs import (
     sink_options,
     submit_main,
     unreachable,
+    wait_seconds,
 )
 from streamfill import durations
 from streamfill.errors import OptionError, StreamfillError
@@ -90,14 +91,6 @@ class StreamSummary:
     rows: int = 0
     dead_letters: int = 0
     seconds: float = 0.0
-
-
-def wait_seconds(raw: str) -> float:
-    """--wait-for-job: 0 refuses at once when another launch holds the job; 30s, 10m, 1h wait that long."""
-    ms = durations.parse_ms(str(raw), default_unit="s")
-    if ms is None:
-        raise OptionError("--wait-for-job", raw, "is not a duration", "use 0 (refuse at once), 30s, 10m or 1h")
-    return ms / 1000
 
 
 def parse_trigger(raw: str) -> dict:

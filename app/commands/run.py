@@ -58,6 +58,7 @@ def backfill(
         "--mode", help="append-new (keep existing rows) or replace (upsert); default: the entry's")] = None,
     chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = 500_000,
     pipeline: PipelineOpt = None,
+    wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
 ) -> None:
     """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
@@ -66,7 +67,8 @@ def backfill(
 
     try:
         args = job_module.BackfillArgs.from_flags(job=job, topic=topic, frm=frm, to=to, table=table, mode=mode,
-                                                  chunk_size=chunk_size, pipeline=pipeline)
+                                                  chunk_size=chunk_size, pipeline=pipeline,
+                                                  wait_for_job=wait_for_job)
     except StreamfillError as exc:
         raise fail(exc) from None
     job_module.launch(args, master)
