@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import Connection, Engine, exists, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from offsets_db.models import JobLease
@@ -81,12 +82,17 @@ class Lease:
         self._conn.commit()
 
     def release(self) -> None:
-        """Close the session: the advisory lock goes with it. The generation stays, so nothing of this launch
-        can commit after another launch takes the job."""
+        """Unlock and close the session. The generation stays, so nothing of this launch can commit after
+        another launch takes the job."""
         if self._conn is not None:
             try:
-                self._conn.close()
+                self._conn.rollback()
+                self._conn.scalar(select(func.pg_advisory_unlock(LOCK_SPACE, self.job_id)))  # now, not at exit
+                self._conn.commit()
+            except DBAPIError:
+                pass  # the session is gone already, and the lock with it
             finally:
+                self._conn.close()
                 self._conn = None
 
     def __enter__(self) -> Lease:

@@ -110,6 +110,7 @@ def test_two_streams_of_one_job_with_different_checkpoints_one_runs_the_other_is
 
 
 def _sink(table: str, job: str, generation: int | None, url: str):
+    """The sink's plan of one df.write (each chunk of a backfill is one, with a staging table of its own)."""
     schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
                          StructField("offset", LongType()), StructField("v", StringType())])
     options = {"table": table, "job": job, "url": url, "keyColumns": "topic,partition,offset"}
@@ -140,9 +141,8 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     store.ensure_job(job, "backfill")
     a = store.hold(job)
     run_a = store.start_run(job, lease=a)
-    sink_a = _sink(table, job, a.generation, url)
     store.record_planned(job, [PlannedRange(topic, 0, 0, 100)], generation=a.generation)
-    _write(sink_a, topic, 0, 100)
+    _write(_sink(table, job, a.generation, url), topic, 0, 100)
     store.record_planned(job, [PlannedRange(topic, 0, 100, 200)], generation=a.generation)
 
     with pytest.raises(JobBusy, match=rf"held by another launch: run {run_a} on host {socket.gethostname()}, "
@@ -152,7 +152,7 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
         store.record_planned(job, [PlannedRange(topic, 0, 0, 100)])  # planning without holding the job
     with pytest.raises(ProtocolError, match=r"offsets 0\.\.99 are not batch 2's \(it planned \[100, 200\)\)"):
         _write(_sink(table, job, None, url), topic, 0, 100)  # B's chunk-1 rows offered as the pending chunk 2
-    _write(sink_a, topic, 100, 200)
+    _write(_sink(table, job, a.generation, url), topic, 100, 200)
     assert store.snapshot(job) == {(topic, 0): 200}
 
     # A plans chunk 3 and loses its session (a crash of its lease connection); B takes the job over
@@ -161,7 +161,7 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     b = store.hold(job)
     assert b.generation == a.generation + 1
     with pytest.raises(Fenced, match=f"generation {a.generation}"):
-        _write(sink_a, topic, 200, 300)  # A's late commit of chunk 3
+        _write(_sink(table, job, a.generation, url), topic, 200, 300)  # A's late write of chunk 3
     store.record_planned(job, [PlannedRange(topic, 0, 200, 300)], generation=b.generation)  # B replans chunk 3
     _write(_sink(table, job, b.generation, url), topic, 200, 300)
     b.release()
