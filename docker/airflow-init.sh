@@ -4,11 +4,12 @@
 # password STREAMFILL_AIRFLOW_PASSWORD), written to the passwords file the API server reads.
 set -euo pipefail
 
+: "${STREAMFILL_AIRFLOW_PASSWORD:?set STREAMFILL_AIRFLOW_PASSWORD (the Airflow admin password)}"
+passwords=${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?set AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE}
+
 airflow db migrate
 streamfill db upgrade
 
-: "${STREAMFILL_AIRFLOW_PASSWORD:?set STREAMFILL_AIRFLOW_PASSWORD (the Airflow admin password)}"
-passwords=${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?set AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE}
 umask 077
 python - "$passwords" <<'PY'
 import json
@@ -17,5 +18,6 @@ import sys
 
 with open(sys.argv[1], "w") as out:
     json.dump({"admin": os.environ["STREAMFILL_AIRFLOW_PASSWORD"]}, out)
+os.chmod(sys.argv[1], 0o600)
 PY
 echo "Airflow login: user admin, password from STREAMFILL_AIRFLOW_PASSWORD (written to $passwords)"

@@ -6,8 +6,10 @@ variable the DAGs' tasks read, the DAGs where that image's streamfill looks for 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -174,3 +176,36 @@ def test_the_install_script_refuses_an_image_whose_airflow_is_not_the_pinned_one
                           env={"PATH": "/usr/bin:/bin", "AIRFLOW_VERSION": "2.0.0", "PYTHON": "false"})
     assert done.returncode == 1
     assert "apache-airflow==" in done.stderr and "Airflow 2.0.0" in done.stderr
+
+
+def test_init_script_runs_both_migrations_then_writes_a_login_the_simple_auth_manager_reads(tmp_path):
+    """docker/airflow-init.sh with stand-ins for `airflow` and `streamfill` that record their arguments; the
+    passwords file it writes is read back by Airflow's own SimpleAuthManager."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("airflow", "streamfill"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+        (bin_dir / tool).chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    passwords = tmp_path / "auth" / "passwords.json"
+    passwords.parent.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STREAMFILL_AIRFLOW_PASSWORD": 'p"w\\ ü',
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)}
+    done = subprocess.run(["bash", str(REPO_ROOT / "docker" / "airflow-init.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == ["airflow db migrate", "streamfill db upgrade"]
+    assert passwords.stat().st_mode & 0o077 == 0
+    read = subprocess.run(
+        [sys.executable, "-c", "import json; from airflow.api_fastapi.auth.managers.simple.simple_auth_manager "
+                               "import SimpleAuthManager as M; print(json.dumps(M.get_passwords()))"],
+        env={**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)},
+        capture_output=True, text=True, timeout=120)
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert json.loads(read.stdout.strip().splitlines()[-1]) == {AIRFLOW_USER: 'p"w\\ ü'}
+    without = subprocess.run(["bash", str(REPO_ROOT / "docker" / "airflow-init.sh")],
+                             env={k: v for k, v in env.items() if k != "STREAMFILL_AIRFLOW_PASSWORD"},
+                             capture_output=True, text=True, timeout=60)
+    assert without.returncode != 0 and "STREAMFILL_AIRFLOW_PASSWORD" in without.stderr
+    assert len(calls.read_text().splitlines()) == 2  # refused before migrating anything
