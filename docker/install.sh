@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The image's install steps, written only here: the Dockerfile runs them, and so does
+# tests/unit/test_compose.py's install test (the `python` part, into a fresh venv).
+#
+#   install.sh os       as root: Java 17 for Spark, which runs in local mode inside the Airflow containers
+#   install.sh python   as the environment's owner: streamfill, editable from this checkout (so the code finds
+#                       spark_jobs/*.py and dags/ beside it, as in `make install`), with its pinned
+#                       dependencies and apache-airflow held at the image's version (AIRFLOW_VERSION, which
+#                       the official image sets); then `pip check` fails the build on any broken requirement.
+#
+# PYTHON names the interpreter (default: python, the image's Airflow environment).
+set -euo pipefail
+
+project=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python}
+
+case "${1:-}" in
+  os)
+    # openjdk's postinst links a man page, and slim Debian images have no man folders
+    mkdir -p /usr/share/man/man1
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless
+    apt-get clean
+    rm -rf /var/lib/apt/lists/*
+    java -version
+    ;;
+  python)
+    airflow=${AIRFLOW_VERSION:?set AIRFLOW_VERSION to the image\'s Airflow version}
+    pinned=$(sed -n 's/^ *"apache-airflow==\([^"]*\)".*/\1/p' "$project/pyproject.toml")
+    if [[ "$pinned" != "$airflow" ]]; then
+      echo "pyproject.toml pins apache-airflow==${pinned:-?} but the image has Airflow $airflow: make them agree" >&2
+      exit 1
+    fi
+    # apache-airflow==<image's version> on the same command line: pip may move any other package to the
+    # project's pins, never Airflow itself (the way the image's docs and its own entrypoint add packages)
+    "$python" -m pip install "apache-airflow==$airflow" -e "$project"
+    "$python" -m pip check
+    ;;
+  *)
+    echo "usage: $0 os|python" >&2
+    exit 2
+    ;;
+esac
