@@ -129,6 +129,11 @@ def create_stage(conn: PgConnection, target: Target, kind: str, sweep_after_s: f
              for n, t in (DEAD_LETTER_COLUMNS if target.dead_letters else ())]
     with conn.cursor() as cur:
         sweep_orphans(cur, target.schema, sweep_after_s)
+        staged = existing_columns(cur, target.schema, target.stage)
+        table = existing_columns(cur, target.schema, target.table)
+        if staged and any(staged.get(n) != table.get(n) for n in target.names):
+            # a stream's stage copied the table's column types when it was made; after an ALTER TABLE it is stale
+            cur.execute(sql.SQL("DROP TABLE {}").format(target.stage_ident))
         cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} AS SELECT {}, ''::text AS _sf_write_id "
                             "FROM {} WITH NO DATA").format(
             target.stage_ident, sql.SQL(", ").join([*map(sql.Identifier, target.names), *extra]), target.ident))

@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
 from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
@@ -35,7 +35,7 @@ class Column(BaseModel):
     max: Decimal | str | None = None
     in_: list[Any] | None = Field(None, alias="in")
     pattern: str | None = None
-    max_length: int | None = Field(None, ge=1)
+    max_length: StrictInt | None = Field(None, ge=1)
     field: str | None = None
 
     _type: ColumnType = PrivateAttr()
@@ -136,9 +136,9 @@ def _iso(text: str) -> bool:
 class Health(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    every_minutes: int = Field(5, ge=1)
-    max_commit_age_minutes: int = Field(15, ge=1)
-    max_lag: int = Field(500_000, ge=0)
+    every_minutes: StrictInt = Field(5, ge=1)
+    max_commit_age_minutes: StrictInt = Field(15, ge=1)
+    max_lag: StrictInt = Field(500_000, ge=0)
 
 
 class PipelineSpec(BaseModel):
@@ -161,7 +161,7 @@ class PipelineSpec(BaseModel):
     dead_letters: bool = True
     quality: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
     trigger: str = "10s"
-    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    max_offsets_per_trigger: StrictInt | None = Field(None, ge=1)
     interval_table: str | None = None
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"

@@ -183,3 +183,14 @@ def test_avro_values_become_json_text_in_plain_and_confluent_framing():
     text, error = to_json(b"\x07not avro", parsed)
     assert text is None and error.startswith("value is not Avro of the entry's schema")
     assert to_json(datum + b"extra", parsed)[1].endswith("bytes left over")
+
+
+def test_whole_numbers_of_an_entry_refuse_yaml_booleans():
+    """`max_offsets_per_trigger: true` is not 1: YAML booleans are refused where a whole number is expected."""
+    from pydantic import ValidationError
+
+    from spark_jobs.pipelines.spec import PipelineSpec
+
+    with pytest.raises(ValidationError, match="max_offsets_per_trigger"):
+        PipelineSpec.model_validate({"name": "x", "topic": "t", "columns": {"id": {"type": "bigint"}},
+                                     "max_offsets_per_trigger": True})
