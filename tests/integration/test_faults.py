@@ -176,6 +176,83 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     d.release()
 
 
+def _entry(tmp_path: Path, name: str, topic: str) -> Path:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"""jobs:
+  {name}:
+    topic: {topic}
+    format: json
+    columns:
+      id:   {{type: bigint, required: true}}
+      note: {{type: string, max_length: 1000}}
+    key: [id]
+    table: {name}
+""")
+    return jobs
+
+
+def _cli(args: list[str], jobs: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
+                                 "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250", **(env or {})})
+
+
+def test_the_same_backfill_started_twice_runs_once_the_second_is_refused_or_waits(stack_settings, bootstrap,
+                                                                                   topic_name, tmp_path):
+    name = f"twice_{topic_name}"
+    jobs = _entry(tmp_path, name, topic_name)
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [{"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}
+                                    for i in range(2000)])
+    args = ["backfill", "--job", name, "--from", "earliest", "--to", "latest", "--chunk-size", "500"]
+    fp = tmp_path / "fp"
+    first = _cli(args, jobs, pause_at(fp, "sink.staged", 2))
+    waiting = None
+    try:
+        wait_for(fp / "reached", first, "the first backfill's second chunk commit")
+        refused = _cli(args, jobs)
+        out, _ = refused.communicate(timeout=300)
+        assert refused.returncode == 1, out[-3000:]
+        assert "is held by another launch: run" in out and "--wait-for-job" in out, out[-3000:]
+        waiting = _cli([*args, "--wait-for-job", "10m"], jobs)
+        deadline = time.monotonic() + 300
+        while "waiting for run" not in (waiting_out := _peek(waiting)):
+            assert waiting.poll() is None, waiting_out[-3000:]
+            assert time.monotonic() < deadline, "the waiting launch never said whom it waits for"
+        (fp / "go").touch()
+        out, _ = first.communicate(timeout=600)
+        assert first.returncode == 0, out[-3000:]
+        rest, _ = waiting.communicate(timeout=600)
+        assert waiting.returncode == 0, (waiting_out + rest)[-3000:]
+        assert "already complete" in waiting_out + rest, "the waiting launch found the work done"
+    finally:
+        for proc in (first, waiting):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    job = _backfill_job(stack_settings.offsets_db_url, name)
+    assert_exactly_once(stack_settings.offsets_db_url, job, name, {0: 1000, 1: 1000})
+
+
+_peeked: dict[int, str] = {}
+
+
+def _peek(proc: subprocess.Popen) -> str:
+    """What a running process has printed so far (one line at a time, without blocking past a line)."""
+    line = proc.stdout.readline()
+    _peeked[proc.pid] = _peeked.get(proc.pid, "") + line
+    return _peeked[proc.pid]
+
+
+def _backfill_job(url: str, entry: str) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT name FROM jobs WHERE name LIKE :p"), {"p": f"{entry}.backfill.%"}).scalar_one()
+    finally:
+        engine.dispose()
+
+
 # PostgreSQL crashes
 
 def _crash(postgres) -> None:
@@ -270,17 +347,7 @@ def test_poison_records_in_the_middle_of_a_stream_become_dead_letters_and_the_st
     """A NUL in a string (PostgreSQL's COPY refuses it), bytes that are not UTF-8, a value far over its
     column's limit: each becomes a dead letter with its reason; every record around them lands."""
     name = f"poison_{topic_name}"
-    jobs = tmp_path / "jobs.yaml"
-    jobs.write_text(f"""jobs:
-  {name}:
-    topic: {topic_name}
-    format: json
-    columns:
-      id:   {{type: bigint, required: true}}
-      note: {{type: string, max_length: 1000}}
-    key: [id]
-    table: {name}
-""")
+    jobs = _entry(tmp_path, name, topic_name)
     create_topic(bootstrap, topic_name, 2)
     good = lambda i: {"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}  # noqa: E731
     produce(bootstrap, topic_name, [good(i) for i in range(300)])
