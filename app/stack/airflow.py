@@ -14,7 +14,8 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
-from app.stack.process import pid_alive, read_pid, spawn, wait_until
+from app.stack.pidfile import pid_alive
+from app.stack.process import read_pid, spawn, wait_until
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
 from streamfill.errors import AirflowError
@@ -98,6 +99,12 @@ class Airflow(ProcessGroupService):
                 (s.airflow_worker_log_port, "STREAMFILL_AIRFLOW_WORKER_LOG_PORT"),
                 (s.airflow_triggerer_log_port, "STREAMFILL_AIRFLOW_TRIGGERER_LOG_PORT")]
 
+    def command(self) -> list[str]:
+        return [airflow_bin(), "standalone"]
+
+    def signature(self) -> tuple[list[str], Path | None]:
+        return self.command(), airflow_home(self.settings)
+
     def prepare(self) -> None:
         home = airflow_home(self.settings)
         home.mkdir(parents=True, exist_ok=True)
@@ -107,7 +114,7 @@ class Airflow(ProcessGroupService):
             passwords.chmod(0o600)
 
     def start(self) -> None:
-        pid = spawn([airflow_bin(), "standalone"], log=self.log, pid_file=self.pid_file,
+        pid = spawn(self.command(), log=self.log, pid_file=self.pid_file,
                     env=airflow_env(self.settings), cwd=airflow_home(self.settings))
         wait_until(self.healthy, timeout=self.settings.start_timeout, service=self.name, log=self.log,
                    alive=lambda: pid_alive(pid))
