@@ -82,7 +82,7 @@ def test_up_twice_changes_nothing_and_status_shows_four_healthy_services(stack_s
     for name in ("postgres", "kafka", "airflow", "spark"):
         line = next(ln for ln in status.stdout.splitlines() if f" {name} " in ln)
         assert "healthy" in line and "not" not in line
-    assert "login admin /" in status.stdout
+    assert "login admin at" in status.stdout
 
 
 def test_a_service_that_died_is_shown_down_with_its_log_and_up_restarts_only_it(stack_settings):
