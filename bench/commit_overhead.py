@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, text
 
+from app.stack.postgres import admin_url
 from connectors.postgres import target
 from connectors.postgres.target import Column
 from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
@@ -206,8 +207,7 @@ def main() -> None:
     args = ap.parse_args()
     s = get_settings()
     name = f"bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(f"postgresql+psycopg2://postgres@{s.host}:{s.pg_port}/postgres",
-                          isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
     url = s.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"

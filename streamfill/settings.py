@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamfill import REPO_ROOT
@@ -24,13 +25,12 @@ class Settings(BaseSettings):
     kafka_port: int = Field(9092, ge=1, le=65535)
     kafka_controller_port: int = Field(9093, ge=1, le=65535)
     airflow_port: int = Field(8080, ge=1, le=65535)
-    airflow_worker_log_port: int = Field(8793, ge=1, le=65535)
-    airflow_triggerer_log_port: int = Field(8794, ge=1, le=65535)
     airflow_parallelism: int = Field(4, ge=1, description="LocalExecutor workers; 32 by default in Airflow")
     db_user: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")
     kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
     spark_master: str = Field("local[*]", description="any Spark master URL")
     start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer")
@@ -39,11 +39,32 @@ class Settings(BaseSettings):
     def offsets_db_url(self) -> str:
         if self.db_url:
             return self.db_url
-        return f"postgresql+psycopg2://{self.db_user}@{self.host}:{self.pg_port}/{self.db_name}"
+        return self._stack_db_url(self.db_name)
 
     @property
     def airflow_db_url(self) -> str:
-        return f"postgresql+psycopg2://{self.db_user}@{self.host}:{self.pg_port}/{self.airflow_db_name}"
+        return self._stack_db_url(self.airflow_db_name)
+
+    @property
+    def pg_password_file(self) -> Path:
+        """The local stack's generated PostgreSQL password of db_user (mode 0600, in a 0700 directory)."""
+        return self.home / "secrets" / "pg_password"
+
+    def db_password(self) -> str | None:
+        """STREAMFILL_PG_PASSWORD, else the stack's password file; None before the stack ever ran (or when
+        the file is not this user's to read)."""
+        if self.pg_password is not None:
+            return self.pg_password.get_secret_value()
+        try:
+            return self.pg_password_file.read_text().strip() or None
+        except OSError:
+            return None
+
+    def _stack_db_url(self, database: str) -> str:
+        """A database of the local stack's PostgreSQL, as db_user with its password (TCP needs it)."""
+        password = self.db_password()
+        auth = self.db_user + (f":{quote(password, safe='')}" if password else "")
+        return f"postgresql+psycopg2://{auth}@{self.host}:{self.pg_port}/{database}"
 
     @property
     def bootstrap_servers(self) -> str:

@@ -50,7 +50,7 @@ def demo(
                         "[green]passed[/]" if success else "[red]failed[/]",
                         f"{stats.get('successful_expectations')} of {stats.get('evaluated_expectations')}")
     console.print(quality)
-    console.print(f"Airflow UI: {out['ui']} (login {out['login'][0]} / {out['login'][1]}). Offsets: "
+    console.print(f"Airflow UI: {out['ui']} (login {out['login']}, password in {out['password_file']}). Offsets: "
                   f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
 
 
@@ -103,7 +103,8 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
             tables = {t: conn.scalar(select(func.count()).select_from(_table(t))) for t in (spec.table, WINDOW_TABLE)}
         summary = {"tables": tables, "dead_letters": queries.dead_letter_count(engine, spec.name), "job": spec.name,
                    "offsets": queries.offsets_with_lag(engine, spec.name),
-                   "quality": queries.newest_quality_results(engine), "ui": api.base, "login": api.login}
+                   "quality": queries.newest_quality_results(engine), "ui": api.base, "login": api.login[0],
+                   "password_file": settings.airflow_password_file}
     finally:
         engine.dispose()
     return summary

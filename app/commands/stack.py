@@ -31,7 +31,8 @@ def down() -> None:
 
 @app.command("status")
 def status() -> None:
-    """Each service with its address, process id and health; exit code 1 when one is not healthy."""
+    """Each service with its address, process id and health (down, or running but not answering); exit code 1
+    when one is not healthy. Where the passwords are, never the passwords."""
     statuses = stack.status(get_settings())
     print_status(statuses)
     if not all(s.healthy for s in statuses):
@@ -46,7 +47,7 @@ def print_status(statuses: list[stack.Status]) -> None:
         if s.healthy:
             health = "[green]healthy[/]"
         elif s.running:
-            health = f"[yellow]not answering[/] (log: {s.log})"
+            health = f"[yellow]running, not answering[/] (`stack up` restarts it; log: {s.log})"
         else:
             health = f"[red]down[/] (log: {s.log})"
         table.add_row(s.name, s.address, str(s.pid or "-"), health, s.detail)

@@ -1,17 +1,19 @@
 """The local stack: PostgreSQL, Kafka, Airflow and Spark on one machine, without Docker.
 
-`up` checks every port first, so a clash stops it before anything starts; a service that fails to answer
-stops what this call started.
+`up` checks the ports of every stopped service first, so a clash stops it before anything starts. It starts
+what is stopped and restarts what runs but does not answer (saying so); a service that fails to start is
+stopped, and the services that answer are left running, whatever happened to another one.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from app.stack.airflow import Airflow
 from app.stack.kafka import Kafka
 from app.stack.postgres import Postgres
-from app.stack.process import port_free, tail, wait_until
+from app.stack.process import port_free, tail
 from app.stack.service import Service, Status
 from app.stack.spark import Spark
 from offsets_db.migrate import upgrade
@@ -21,6 +23,9 @@ from streamfill.settings import Settings
 __all__ = ["StackError", "Status", "services", "up", "down", "status"]
 
 Say = Callable[[str], None]
+# how long a running service that does not answer may take to recover (a scheduler heartbeat after
+# PostgreSQL came back, say) before up restarts it; one still in its start-up gets its whole start_timeout
+GRACE = 30.0
 
 
 def services(settings: Settings) -> list[Service]:
@@ -37,39 +42,71 @@ def _check_ports(todo: list[Service], settings: Settings) -> None:
                     f"stop what holds it, or set {setting} to a free port")
 
 
+def answers(svc: Service, settings: Settings) -> bool:
+    """Whether a running service answers: waits while it may still be starting (start_timeout from its
+    process's start), then GRACE seconds unless it is broken for sure (an Airflow component's process gone)."""
+    starting_until = (svc.started_at() or 0.0) + settings.start_timeout
+    grace_until = time.time() + min(GRACE, settings.start_timeout)
+    while not svc.healthy():
+        now = time.time()
+        if not svc.running() or (now >= starting_until and (svc.broken() or now >= grace_until)):
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _start(svc: Service, others: list[Service], say: Say) -> None:
+    """prepare() and start() svc; when start fails, svc is stopped again and the others are left as they are."""
+    say(f"{svc.name}: preparing")
+    svc.prepare()
+    say(f"{svc.name}: starting")
+    try:
+        svc.start()
+    except BaseException as exc:
+        svc.stop()
+        if not isinstance(exc, StackError):
+            raise
+        left = [o.name for o in others if o is not svc and o.ports() and o.running()]
+        last_lines = tail(svc.log)
+        raise StackError(
+            f"{exc}\nstopped {svc.name}"
+            + (f"; left running: {', '.join(left)} (run `streamfill stack up` again once the cause is fixed, "
+               "or `streamfill stack down`)" if left else "")
+            + (f"\nlast lines of {svc.log}:\n{last_lines}" if last_lines else "")) from exc
+
+
 def up(settings: Settings, say: Say = print) -> list[Status]:
     all_services = services(settings)
-    todo = [s for s in all_services if not s.running()]
-    if not todo:
-        for svc in all_services:
+    stopped = [s for s in all_services if not s.running()]
+    _check_ports(stopped, settings)
+    changed = auth_changed = False
+    for svc in all_services:
+        if svc in stopped:
+            _start(svc, all_services, say)
+            changed = True
+        elif not svc.ports():
             if not svc.healthy():
-                wait_until(svc.healthy, timeout=settings.start_timeout, service=svc.name, log=svc.log)
-        say("stack already up: nothing to do")
-        return status(settings)
-    _check_ports(todo, settings)
-    started: list[Service] = []
-    try:
-        for svc in all_services:
-            if svc in todo:
-                say(f"{svc.name}: preparing")
-                svc.prepare()
-                say(f"{svc.name}: starting")
-                started.append(svc)
-                svc.start()
-            elif not svc.healthy():
-                wait_until(svc.healthy, timeout=settings.start_timeout, service=svc.name, log=svc.log)
-            say(f"{svc.name}: up")
-            if isinstance(svc, Postgres):
+                svc.start()  # nothing to restart: start() names what is missing
+        elif auth_changed and isinstance(svc, Airflow):
+            say(f"{svc.name}: restarting it, so that it connects to PostgreSQL with the password")
+            svc.stop()
+            _start(svc, all_services, say)
+        elif not answers(svc, settings):
+            say(f"{svc.name}: running (pid {svc.pid()}) but not answering; restarting it")
+            svc.stop()
+            _start(svc, all_services, say)
+            changed = True
+        say(f"{svc.name}: up")
+        if isinstance(svc, Postgres):
+            if svc not in stopped:  # start() did this for a server it started
+                for line in svc.secure():
+                    say(f"postgres: {line}")
+                    changed = auth_changed = True
+            if changed:
                 upgrade(settings.offsets_db_url)
                 say("offsets_db: migrations applied")
-    except BaseException as exc:
-        for svc in reversed(started):
-            svc.stop()
-        if isinstance(exc, StackError) and started:
-            last_lines = tail(started[-1].log)
-            raise StackError(f"{exc}\nstopped what this call started: {', '.join(s.name for s in started)}"
-                             + (f"\nlast lines of {started[-1].log}:\n{last_lines}" if last_lines else "")) from exc
-        raise
+    if not changed:
+        say("stack already up: nothing to do")
     return status(settings)
 
 

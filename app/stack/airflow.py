@@ -1,10 +1,13 @@
-"""Airflow standalone (API server, scheduler, DAG processor, triggerer) with its metadata in the stack's PostgreSQL."""
+"""Airflow standalone (API server, scheduler, DAG processor, triggerer) with its metadata in the stack's PostgreSQL.
+
+Its log servers are off: Airflow 3.3 binds them to every interface with no setting to change that
+(airflow/utils/serve_logs/core.py), and the API server reads task logs from the stack's own files anyway.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -14,7 +17,9 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
-from app.stack.process import pid_alive, read_pid, spawn, wait_until
+from app.stack.pidfile import cmdline, pid_alive
+from app.stack.process import UMASK, children, spawn, wait_until
+from app.stack.secret_file import ensure_secret, generate_password
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
 from streamfill.errors import AirflowError
@@ -22,14 +27,37 @@ from streamfill.settings import AIRFLOW_USER as ADMIN
 from streamfill.settings import Settings
 
 COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+# the processes `airflow standalone` runs, as their command lines show them (the API server retitles itself)
+PROCESSES = {"scheduler": ("scheduler",), "triggerer": ("triggerer",), "dag-processor": ("dag-processor",),
+             "api-server": ("api-server", "api_server")}
 
 
 def airflow_home(settings: Settings) -> Path:
     return settings.home / "airflow"
 
 
+def wrapper_dir(settings: Settings) -> Path:
+    """First on the PATH of `airflow standalone`, whose components it starts as plain `airflow <command>`."""
+    return airflow_home(settings) / "bin"
+
+
+def write_wrapper(settings: Settings) -> Path:
+    """An `airflow` that starts the scheduler and the triggerer without their log servers."""
+    script = wrapper_dir(settings) / "airflow"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text("#!/bin/sh\n"
+                      "# streamfill: Airflow's log servers would listen on every interface (app/stack/airflow.py)\n"
+                      'case "$1" in\n'
+                      f'  scheduler|triggerer) exec "{airflow_bin()}" "$@" --skip-serve-logs ;;\n'
+                      "esac\n"
+                      f'exec "{airflow_bin()}" "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
 def airflow_env(settings: Settings) -> dict[str, str]:
-    """The environment every Airflow process of the local stack runs with (CLI calls in tests included)."""
+    """The environment every Airflow process of the local stack runs with (CLI calls in tests included); the
+    database password travels in it (SQL_ALCHEMY_CONN, the connection), never on a command line."""
     s = settings
     base = f"http://{s.host}:{s.airflow_port}"
     return {
@@ -46,10 +74,8 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__HOST": s.host,
         "AIRFLOW__API__PORT": str(s.airflow_port),
         "AIRFLOW__API__BASE_URL": base,
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.airflow_worker_log_port),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.airflow_triggerer_log_port),
         "AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL": "30",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": os.pathsep.join([str(wrapper_dir(s)), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         "PYSPARK_PYTHON": sys.executable,
         "STREAMFILL_HOME": str(s.home),
         **connections(s),
@@ -80,7 +106,7 @@ def admin_password(settings: Settings) -> str:
 def reserialize(settings: Settings) -> None:
     """Parse the DAG files now: a new DAG file otherwise appears at the scheduler's next folder scan."""
     done = subprocess.run([airflow_bin(), "dags", "reserialize"], env=airflow_env(settings), capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, umask=UMASK)
     if done.returncode != 0:
         raise AirflowError(f"airflow dags reserialize failed: {done.stderr[-2000:]}")
 
@@ -93,22 +119,24 @@ class Airflow(ProcessGroupService):
         return f"http://{self.settings.host}:{self.settings.airflow_port}"
 
     def ports(self) -> list[tuple[int, str]]:
-        s = self.settings
-        return [(s.airflow_port, "STREAMFILL_AIRFLOW_PORT"),
-                (s.airflow_worker_log_port, "STREAMFILL_AIRFLOW_WORKER_LOG_PORT"),
-                (s.airflow_triggerer_log_port, "STREAMFILL_AIRFLOW_TRIGGERER_LOG_PORT")]
+        return [(self.settings.airflow_port, "STREAMFILL_AIRFLOW_PORT")]
+
+    def command(self) -> list[str]:
+        return [airflow_bin(), "standalone"]
+
+    def signature(self) -> tuple[list[str], Path | None]:
+        return self.command(), airflow_home(self.settings)
 
     def prepare(self) -> None:
         home = airflow_home(self.settings)
         home.mkdir(parents=True, exist_ok=True)
-        passwords = self.settings.airflow_password_file
-        if not passwords.exists():
-            passwords.write_text(json.dumps({ADMIN: secrets.token_urlsafe(12)}))
-            passwords.chmod(0o600)
+        # there before Airflow starts, so it neither generates one nor prints it into its log
+        ensure_secret(self.settings.airflow_password_file, lambda: json.dumps({ADMIN: generate_password()}))
+        write_wrapper(self.settings)
 
     def start(self) -> None:
-        pid = spawn([airflow_bin(), "standalone"], log=self.log, pid_file=self.pid_file,
-                    env=airflow_env(self.settings), cwd=airflow_home(self.settings))
+        pid = spawn(self.command(), log=self.log, pid_file=self.pid_file, env=airflow_env(self.settings),
+                    cwd=airflow_home(self.settings))
         wait_until(self.healthy, timeout=self.settings.start_timeout, service=self.name, log=self.log,
                    alive=lambda: pid_alive(pid))
 
@@ -119,22 +147,34 @@ class Airflow(ProcessGroupService):
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
-    @staticmethod
-    def _unhealthy(h: dict | None) -> list[str]:
-        return [c for c in COMPONENTS if ((h or {}).get(c) or {}).get("status") != "healthy"]
+    def stopped_processes(self, pid: int | None = None) -> list[str]:
+        """Components whose process `airflow standalone` no longer has. It stays alive when they exit (after
+        PostgreSQL went away, say), and the health endpoint trusts a heartbeat for 30 s after the last one."""
+        pid = pid if pid is not None else self.pid()
+        if pid is None:
+            return list(PROCESSES)
+        running = [{word for arg in cmdline(child) for word in arg.split()} for child in children(pid)]
+        return [name for name, words in PROCESSES.items() if not any(set(words) & argv for argv in running)]
+
+    def _problems(self, pid: int | None) -> tuple[list[str], list[str]]:
+        """(processes gone, components the health endpoint does not call healthy)"""
+        h = self.health() or {}
+        return self.stopped_processes(pid), [c for c in COMPONENTS if (h.get(c) or {}).get("status") != "healthy"]
 
     def healthy(self) -> bool:
-        return not self._unhealthy(self.health())
+        return not any(self._problems(self.pid()))
+
+    def broken(self) -> bool:
+        return bool(self.stopped_processes())
 
     def status(self) -> Status:
-        running = self.running()
-        try:
-            login = f"login {ADMIN} / {admin_password(self.settings)} at {self.url}"
-        except (OSError, KeyError, ValueError):
-            login = "not set up yet"
-        unhealthy = self._unhealthy(self.health()) if running else list(COMPONENTS)
-        if running and unhealthy:
+        pid = self.pid()
+        login = f"login {ADMIN} at {self.url}, password in {self.settings.airflow_password_file}"
+        gone, unhealthy = self._problems(pid) if pid is not None else ([], [])
+        if gone:
+            login += f"; processes gone: {', '.join(gone)}"
+        if unhealthy:
             login += f"; not healthy: {', '.join(unhealthy)}"
-        return Status(self.name, self.url, read_pid(self.pid_file) if running else None, running,
-                      not unhealthy, self.log, login)
+        return Status(self.name, self.url, pid, pid is not None, pid is not None and not (gone or unhealthy),
+                      self.log, login)
 

@@ -7,8 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from app.stack.pidfile import pid_alive
 from app.stack.postgres import install_os_packages
-from app.stack.process import pid_alive, read_pid, spawn, wait_until
+from app.stack.process import spawn, wait_until
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
 from streamfill.errors import StackError
@@ -103,11 +104,16 @@ class Kafka(ProcessGroupService):
             if done.returncode != 0:
                 raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
 
+    def command(self, java: str | None = None) -> list[str]:
+        return [java or shutil.which("java") or "java", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC",
+                f"-Dkafka.log.file={self.log}", f"-Dlog4j2.configurationFile={LOG4J}",
+                "-cp", f"{self.libs}/*", "kafka.Kafka", str(self.root / "server.properties")]
+
+    def signature(self) -> tuple[list[str], Path | None]:
+        return ["kafka.Kafka", str(self.root / "server.properties")], None
+
     def start(self) -> None:
-        cmd = [self._java(), "-Xms256m", "-Xmx1g", "-XX:+UseG1GC",
-               f"-Dkafka.log.file={self.log}", f"-Dlog4j2.configurationFile={LOG4J}",
-               "-cp", f"{self.libs}/*", "kafka.Kafka", str(self.root / "server.properties")]
-        pid = spawn(cmd, log=self.root / "stdout.log", pid_file=self.pid_file)
+        pid = spawn(self.command(self._java()), log=self.root / "stdout.log", pid_file=self.pid_file)
         wait_until(self.healthy, timeout=self.settings.start_timeout, service=self.name, log=self.log,
                    alive=lambda: pid_alive(pid))
 
@@ -122,7 +128,6 @@ class Kafka(ProcessGroupService):
             return False
 
     def status(self) -> Status:
-        running = self.running()
-        return Status(self.name, self.settings.bootstrap_servers, read_pid(self.pid_file) if running else None,
-                      running, running and self.healthy(), self.log,
-                      f"KRaft combined mode, Kafka {kafka_version()}")
+        pid = self.pid()
+        return Status(self.name, self.settings.bootstrap_servers, pid, pid is not None,
+                      pid is not None and self.healthy(), self.log, f"KRaft combined mode, Kafka {kafka_version()}")

@@ -1,4 +1,8 @@
-"""PostgreSQL from the OS packages, in a project-local data directory, with the offsets and Airflow databases."""
+"""PostgreSQL from the OS packages, in a project-local data directory, with the offsets and Airflow databases.
+
+Clients connect over TCP as db_user with the stack's password; the stack itself talks to the server as the
+superuser through the socket (see app/stack/pg_auth.py for who may connect how).
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,16 @@ from pathlib import Path
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extensions import encrypt_password
 
-from app.stack.process import pid_alive, wait_until
+from app.stack.logrotate import MAX_BYTES, prune, rotate
+from app.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
+from app.stack.pidfile import cmdline, pid_alive
+from app.stack.process import wait_until
+from app.stack.secret_file import ensure_secret, generate_password, private_dir
 from app.stack.service import Service, Status
 from streamfill.errors import StackError
+from streamfill.settings import Settings
 
 OS_USER = "postgres"
 
@@ -39,6 +49,20 @@ def install_os_packages(*packages: str) -> None:
 
 PG_TUNING = {"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "15min",
              "wal_compression": "lz4", "work_mem": "64MB", "maintenance_work_mem": "512MB"}
+# the logging collector starts a new file daily or at the size limit; each start keeps the newest LOG_FILES
+LOG_FILES = 5
+LOGGING = {"logging_collector": "on", "log_filename": "postgresql-%Y%m%d-%H%M%S.log", "log_rotation_age": "1d",
+           "log_rotation_size": f"{MAX_BYTES // 1024}kB", "log_file_mode": "0600"}
+
+
+def socket_dir(settings: Settings) -> Path:
+    return settings.home / "run"
+
+
+def admin_url(settings: Settings, database: str = "postgres") -> str:
+    """The superuser through the stack's socket (peer authentication: only the OS user running the stack)."""
+    return f"postgresql+psycopg2://{SUPERUSER}@/{database}?host={socket_dir(settings)}&port={settings.pg_port}"
+
 
 class Postgres(Service):
     name = "postgres"
@@ -49,10 +73,22 @@ class Postgres(Service):
 
     @property
     def socket_dir(self) -> Path:
-        return self.settings.home / "run"
+        return socket_dir(self.settings)
+
+    @property
+    def server_logs(self) -> Path:
+        """The logging collector's files; self.log only gets what the server writes before the collector runs."""
+        return self.settings.logs / "postgres"
 
     def ports(self) -> list[tuple[int, str]]:
         return [(self.settings.pg_port, "STREAMFILL_PG_PORT")]
+
+    def _os_owner(self) -> tuple[int, int] | None:
+        """(uid, gid) the server runs as when the stack runs as root; None when it runs as this user."""
+        if os.geteuid() != 0:
+            return None
+        pw = pwd.getpwnam(OS_USER)
+        return pw.pw_uid, pw.pw_gid
 
     def _as_owner(self, cmd: list[str]) -> list[str]:
         # initdb and postgres refuse to run as root
@@ -64,27 +100,54 @@ class Postgres(Service):
             raise StackError("PostgreSQL binaries not found under /usr/lib/postgresql; run `streamfill stack up`")
         return str(bin_dir / tool)
 
+    def pg_ctl(self, *args: str) -> list[str]:
+        """The command line of this stack's pg_ctl on its data directory, run as the server's OS user."""
+        return self._as_owner([self._bin("pg_ctl"), "-D", str(self.data_dir), *args])
+
+    def password(self) -> str:
+        """What clients send as db_user: STREAMFILL_PG_PASSWORD, else the stack's file (generated once)."""
+        file = self.settings.pg_password_file
+        private_dir(file.parent)
+        ensure_secret(file, generate_password)
+        return self.settings.db_password()
+
     def prepare(self) -> None:
         if pg_bin_dir() is None:
             install_os_packages("postgresql")
             self._stop_debian_cluster()
-        for d in (self.settings.home, self.settings.logs, self.socket_dir):
+        for d in (self.settings.home, self.settings.logs):
             d.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam(OS_USER)
-            os.chown(self.socket_dir, pw.pw_uid, pw.pw_gid)
-            self.log.touch(exist_ok=True)
-            os.chown(self.log, pw.pw_uid, pw.pw_gid)
+        private_dir(self.socket_dir)
+        private_dir(self.server_logs)
+        self.password()
+        owner = self._os_owner()
+        if owner is not None:
+            for d in (self.socket_dir, self.server_logs):
+                os.chown(d, *owner)
+            os.close(os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            os.chown(self.log, *owner)
             self._check_reachable()
         if not (self.data_dir / "PG_VERSION").exists():
             if self.data_dir.exists():
                 shutil.rmtree(self.data_dir)
             self.data_dir.mkdir(mode=0o700)
-            if os.geteuid() == 0:
-                pw = pwd.getpwnam(OS_USER)
-                os.chown(self.data_dir, pw.pw_uid, pw.pw_gid)
-            self._run([self._bin("initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                       "--auth=trust", "-E", "UTF8"], "initdb")
+            if owner is not None:
+                os.chown(self.data_dir, *owner)
+            self._run([self._bin("initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth-local=peer",
+                       "--auth-host=scram-sha-256", "-E", "UTF8"], "initdb")
+        self._write_auth()
+
+    def socket_users(self) -> list[str]:
+        """The OS users the socket admits: this one and the server's (`postgres` when run as root)."""
+        return stack_os_users(OS_USER if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name)
+
+    def _write_auth(self) -> bool:
+        """pg_hba.conf and pg_ident.conf as pg_auth says; True when either changed."""
+        owner = self._os_owner()
+        hba = write_conf(self.data_dir / "pg_hba.conf", hba_conf(), owner)
+        ident = write_conf(self.data_dir / "pg_ident.conf",
+                           ident_conf(self.socket_users(), [SUPERUSER, self.settings.db_user]), owner)
+        return hba or ident
 
     def _stop_debian_cluster(self) -> None:
         """The package may start its own `main` cluster on 5432; the stack runs its own data directory."""
@@ -109,29 +172,54 @@ class Postgres(Service):
             raise StackError(f"postgres {what} failed ({' '.join(cmd)}):\n{done.stdout[-1500:]}{done.stderr[-1500:]}"
                              f"\nsee its log: {self.log}")
 
-    def pid(self) -> int | None:
+    def _postmaster(self) -> list[str]:
+        """postmaster.pid's lines: pid, data directory, start time (Unix), port, socket directory, ..."""
         try:
-            return int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
-        except (OSError, ValueError, IndexError):
+            return (self.data_dir / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return []
+
+    def pid(self) -> int | None:
+        """The postmaster's pid while that process is a PostgreSQL server. A postmaster.pid whose process is
+        gone, or whose pid now names something that is no PostgreSQL at all, is stale and removed (the
+        next start would otherwise be refused); a live postgres is never touched."""
+        try:
+            pid = int(self._postmaster()[0])
+        except (ValueError, IndexError):
             return None
+        argv = cmdline(pid) if pid_alive(pid) else []
+        if argv and Path(argv[0]).name in ("postgres", "postmaster"):
+            return pid
+        if not pid_alive(pid) or argv:
+            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+        return None
 
     def running(self) -> bool:
-        pid = self.pid()
-        return pid is not None and pid_alive(pid)
+        return self.pid() is not None
+
+    def started_at(self) -> float | None:
+        try:
+            return float(self._postmaster()[2]) if self.running() else None
+        except (ValueError, IndexError):
+            return None
 
     def start(self) -> None:
         s = self.settings
+        rotate(self.log)
+        prune(self.server_logs, "postgresql-*.log", LOG_FILES - 1)
         # sized for bulk loads on a workstation: Postgres' defaults (128 MB buffers, 1 GB of WAL between
         # checkpoints) make every large micro-batch wait for checkpoints
-        tuning = " ".join(f"-c {k}={v}" for k, v in PG_TUNING.items())
-        opts = f"-p {s.pg_port} -k {self.socket_dir} -c listen_addresses={s.host} {tuning}"
+        settings = {"listen_addresses": s.host, "unix_socket_permissions": "0700",
+                    "log_directory": str(self.server_logs), **LOGGING, **PG_TUNING}
+        opts = f"-p {s.pg_port} -k {self.socket_dir} " + " ".join(f"-c {k}={v}" for k, v in settings.items())
         self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log), "-o", opts,
                    "-w", "-t", str(int(s.start_timeout)), "start"], "start")
         wait_until(self.healthy, timeout=s.start_timeout, service=self.name, log=self.log)
-        self._bootstrap()
+        self.secure()
 
-    def _connect(self, dbname: str = "postgres", user: str = "postgres"):
-        return psycopg2.connect(host=self.settings.host, port=self.settings.pg_port, user=user,
+    def _connect(self, dbname: str = "postgres"):
+        """The superuser through the socket."""
+        return psycopg2.connect(host=str(self.socket_dir), port=self.settings.pg_port, user=SUPERUSER,
                                 dbname=dbname, connect_timeout=3)
 
     def healthy(self) -> bool:
@@ -142,31 +230,62 @@ class Postgres(Service):
         except psycopg2.Error:
             return False
 
-    def _bootstrap(self) -> None:
-        """The application role and its two databases, owned by it (so PG 15's schema grant is not needed)."""
+    def secure(self) -> list[str]:
+        """The application role with the clients' password and its two databases (owned by it, so PG 15's
+        schema grant is not needed), the socket directory private, pg_hba.conf and pg_ident.conf as pg_auth
+        says (reloaded when they changed). Idempotent; on a server that allowed trust (an older stack's),
+        returns what changed for `up` to say, and clients started before must reconnect with the password."""
         s = self.settings
+        was_trust = uses_trust(self._read("pg_hba.conf"))
+        private_dir(self.socket_dir)
         conn = self._connect()
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
+                verifier = encrypt_password(self.password(), s.db_user, conn, "scram-sha-256")
                 cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (s.db_user,))
-                if cur.fetchone() is None:
-                    cur.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(s.db_user)))
+                verb = "ALTER" if cur.fetchone() else "CREATE"
+                cur.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(sql.Identifier(s.db_user)),
+                            (verifier,))
                 for db in (s.db_name, s.airflow_db_name):
                     cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
                     if cur.fetchone() is None:
                         cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
                             sql.Identifier(db), sql.Identifier(s.db_user)))
+                if not self._write_auth():
+                    return []
+                cur.execute("SELECT pg_reload_conf()")
+                cur.execute("SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL")
+                errors = cur.fetchall()
+                if errors:
+                    raise StackError(f"PostgreSQL refused the pg_hba.conf the stack wrote ({errors}); it keeps "
+                                     f"the previous rules. See {self.data_dir / 'pg_hba.conf'} and {self.log}")
+                cur.execute("SHOW logging_collector")
+                restart = cur.fetchone()[0] != "on"
         finally:
             conn.close()
+        if not was_trust:
+            return []
+        return ["trust authentication replaced: TCP now needs the password of "
+                f"{s.db_user} (in {s.pg_password_file}), the socket only admits "
+                f"{', '.join(self.socket_users())}"
+                ] + (["its socket and log settings apply from its next start (`streamfill stack down` then "
+                      "`streamfill stack up`)"] if restart else [])
+
+    def _read(self, name: str) -> str:
+        try:
+            return (self.data_dir / name).read_text()
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.running():
             self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "stop", "-m", "fast", "-w"], "stop")
 
     def status(self) -> Status:
+        s = self.settings
         running = self.running()
-        return Status(self.name, f"{self.settings.host}:{self.settings.pg_port}", self.pid(), running,
-                      running and self.healthy(), self.log,
-                      f"databases {self.settings.db_name}, {self.settings.airflow_db_name}; "
-                      f"user {self.settings.db_user}")
+        where = "STREAMFILL_PG_PASSWORD" if s.pg_password is not None else str(s.pg_password_file)
+        return Status(self.name, f"{s.host}:{s.pg_port}", self.pid(), running, running and self.healthy(),
+                      self.log, f"databases {s.db_name}, {s.airflow_db_name}; user {s.db_user}, password in "
+                      f"{where}; server log files in {self.server_logs}")

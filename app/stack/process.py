@@ -10,9 +10,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from app.stack.logrotate import rotate
+from app.stack.pidfile import cmdline, pid_alive, read_pid, write_record
 from streamfill.errors import StackError
 
-__all__ = ["StackError", "port_free", "pid_alive", "read_pid", "spawn", "stop_group", "wait_until", "tail"]
+__all__ = ["StackError", "UMASK", "children", "port_free", "pid_alive", "read_pid", "spawn", "stop_group",
+           "wait_until", "tail"]
+
+# what services create (data, logs, Airflow's generated config with its keys) is their owner's alone
+UMASK = 0o077
 
 
 def port_free(host: str, port: int) -> bool:
@@ -26,39 +32,30 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def read_pid(pid_file: Path) -> int | None:
-    try:
-        return int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def spawn(cmd: Sequence[str], *, log: Path, pid_file: Path, env: Mapping[str, str] | None = None,
           cwd: Path | None = None) -> int:
-    """Start cmd in a session of its own (so the whole group can be stopped) and record its pid."""
+    """Start cmd in a session of its own (so the whole group can be stopped) with umask 077, its output
+    appended to log (rotated first when it is over the size limit), and record its pid with its start time
+    and command line."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    rotate(log)
+    with open(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
+        os.fchmod(out.fileno(), 0o600)  # a log of an older stack too
         proc = subprocess.Popen(
             list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True, umask=UMASK,
         )
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(str(proc.pid))
+    _wait_for_exec(proc)
+    write_record(pid_file, proc.pid, cmd)
     return proc.pid
+
+
+def _wait_for_exec(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Until the child shows its command line: right after Popen returns, /proc/<pid>/cmdline can still be
+    empty, and a pid record checked then would look stale."""
+    deadline = time.monotonic() + timeout
+    while not cmdline(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def stop_group(pid: int, timeout: float = 30.0) -> None:
@@ -75,17 +72,28 @@ def stop_group(pid: int, timeout: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-def _group_alive(pgid: int) -> bool:
+def _live_processes() -> list[tuple[int, list[str]]]:
+    """(pid, /proc/<pid>/stat from field 3 on) of every process that is not a zombie."""
+    out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().split(")")[-1].split()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        if fields and fields[0] != "Z":
+            out.append((int(entry.name), fields))
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    return any(int(fields[2]) == pgid for _, fields in _live_processes())
+
+
+def children(pid: int) -> list[int]:
+    """The live (not zombie) child processes of pid."""
+    return [child for child, fields in _live_processes() if int(fields[1]) == pid]
 
 
 def wait_until(check: Callable[[], bool], *, timeout: float, service: str, log: Path,

@@ -6,7 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.stack.process import pid_alive, read_pid, stop_group
+from app.stack.pidfile import live_pid, started_at
+from app.stack.process import stop_group
 from streamfill.settings import Settings
 
 
@@ -42,6 +43,17 @@ class Service(ABC):
     def running(self) -> bool:
         """True when the process that up() started is alive."""
 
+    def pid(self) -> int | None:
+        return None
+
+    def started_at(self) -> float | None:
+        """When the running process started (Unix time); None when not running or not a process."""
+        return None
+
+    def broken(self) -> bool:
+        """Running, yet sure not to answer again without a restart."""
+        return False
+
     @abstractmethod
     def start(self) -> None:
         """Start and wait until a real request succeeds."""
@@ -58,18 +70,34 @@ class Service(ABC):
 
 
 class ProcessGroupService(Service):
-    """A service that up() spawns in a session of its own and records in `run/<name>.pid`."""
+    """A service that up() spawns in a session of its own and records in `run/<name>.pid` (app/stack/pidfile:
+    believed only while /proc shows the process it recorded)."""
 
     @property
     def pid_file(self) -> Path:
         return self.settings.home / "run" / f"{self.name}.pid"
 
+    @abstractmethod
+    def command(self) -> list[str]:
+        """What start() spawns."""
+
+    def signature(self) -> tuple[list[str], Path | None]:
+        """How the process of an older stack's pid file (the number alone) is recognised: the end of its
+        command line, and its working directory when that names this stack."""
+        return self.command(), None
+
+    def pid(self) -> int | None:
+        return live_pid(self.pid_file, *self.signature())
+
     def running(self) -> bool:
-        pid = read_pid(self.pid_file)
-        return pid is not None and pid_alive(pid)
+        return self.pid() is not None
+
+    def started_at(self) -> float | None:
+        pid = self.pid()
+        return None if pid is None else started_at(pid)
 
     def stop(self) -> None:
-        pid = read_pid(self.pid_file)
-        if pid is not None and pid_alive(pid):
+        pid = self.pid()
+        if pid is not None:
             stop_group(pid, timeout=30)
         self.pid_file.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from app.stack.service import Service, Status
+from streamfill.errors import StackError
 
 
 class Spark(Service):
@@ -20,7 +21,13 @@ class Spark(Service):
         return True
 
     def start(self) -> None:
-        pass
+        """Nothing to start; fails naming what is missing."""
+        if shutil.which("java") is None:
+            raise StackError("spark: no `java` on PATH; `streamfill stack up` installs it with Kafka, or run "
+                             "`apt-get install -y default-jre-headless`")
+        if not self.healthy():
+            raise StackError(f"spark: PySpark is not importable by {sys.executable} or `java -version` fails; "
+                             "run `make install`")
 
     def stop(self) -> None:
         pass

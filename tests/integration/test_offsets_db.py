@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
+from app.stack.postgres import admin_url
 from offsets_db.migrate import upgrade
 from offsets_db.models import Batch, BatchOffset, Job, Snapshot
 
@@ -23,8 +24,7 @@ def fresh_db(stack_settings):
     """An empty database of its own, dropped afterwards."""
     name = f"offsets_{uuid.uuid4().hex[:8]}"
     s = stack_settings
-    admin = create_engine(f"postgresql+psycopg2://postgres@{s.host}:{s.pg_port}/postgres",
-                          isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
     url = stack_settings.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"

@@ -6,10 +6,12 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,7 @@ def _free_port() -> int:
 
 def _isolated_env(tmp_path: Path, **ports: int) -> dict[str, str]:
     env = {**os.environ, "STREAMFILL_HOME": str(tmp_path / "stack")}
-    for name in ("PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "AIRFLOW_PORT",
-                 "AIRFLOW_WORKER_LOG_PORT", "AIRFLOW_TRIGGERER_LOG_PORT"):
+    for name in ("PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "AIRFLOW_PORT"):
         env[f"STREAMFILL_{name}"] = str(ports.get(name, _free_port()))
     return env
 
@@ -81,7 +82,7 @@ def test_up_twice_changes_nothing_and_status_shows_four_healthy_services(stack_s
     for name in ("postgres", "kafka", "airflow", "spark"):
         line = next(ln for ln in status.stdout.splitlines() if f" {name} " in ln)
         assert "healthy" in line and "not" not in line
-    assert "login admin /" in status.stdout
+    assert "login admin at" in status.stdout
 
 
 def test_a_service_that_died_is_shown_down_with_its_log_and_up_restarts_only_it(stack_settings):
@@ -176,3 +177,138 @@ def test_airflow_parses_the_dags_folder_without_import_errors(stack_settings):
     assert errors["total_entries"] == 0, errors
     dag_ids = {d["dag_id"] for d in get("/api/v2/dags?limit=100")["dags"]}
     assert {"streamfill_replay", "streamfill_stream__orders", "streamfill_interval__orders"} <= dag_ids
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state held by one of pids, from /proc/net/tcp and tcp6."""
+    inodes = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        for fd in fd_dir.iterdir() if fd_dir.exists() else ():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, size, 4))  # each 32-bit word is host-endian
+            found.append((socket.inet_ntop(socket.AF_INET if size == 4 else socket.AF_INET6, raw),
+                          int(hex_port, 16)))
+    return found
+
+
+def _stack_pids(settings) -> set[int]:
+    """The postmaster and its backends, and every process of Kafka's and Airflow's process groups."""
+    from app.stack.postgres import Postgres
+
+    leaders = {Postgres(settings).pid(), read_pid(settings.home / "run" / "kafka.pid"),
+               read_pid(settings.home / "run" / "airflow.pid")}
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if int(entry.name) in leaders or int(fields[1]) in leaders or int(fields[2]) in leaders:
+                pids.add(int(entry.name))
+    return pids
+
+
+def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(stack_settings, tmp_path):
+    import psycopg2
+
+    from app.stack.postgres import Postgres
+
+    s = stack_settings
+    password = s.db_password()
+    assert password, f"stack up generates the password into {s.pg_password_file}"
+    no_pgpass = tmp_path / "pgpass"
+    no_pgpass.touch(mode=0o600)
+    tcp = dict(host=s.host, port=s.pg_port, dbname=s.db_name, connect_timeout=5, passfile=str(no_pgpass))
+    with pytest.raises(psycopg2.OperationalError, match="password"):
+        psycopg2.connect(user=s.db_user, **tcp)
+    with pytest.raises(psycopg2.OperationalError):
+        psycopg2.connect(user=s.db_user, password="not-" + password, **tcp)
+    with pytest.raises(psycopg2.OperationalError, match="rejects"):
+        psycopg2.connect(user="postgres", password=password, **tcp)  # the superuser: socket only
+    with closing(psycopg2.connect(user=s.db_user, password=password, **tcp)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT current_user")
+        assert cur.fetchone() == (s.db_user,)
+    with closing(psycopg2.connect(host=str(Postgres(s).socket_dir), port=s.pg_port, user="postgres",
+                                  dbname="postgres")) as conn, conn.cursor() as cur:  # peer, as the stack's OS user
+        cur.execute("SELECT rolpassword LIKE 'SCRAM-SHA-256$%%' FROM pg_authid WHERE rolname = %s", (s.db_user,))
+        assert cur.fetchone() == (True,)
+
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (
+        Postgres(s).socket_dir, s.pg_password_file.parent, s.pg_password_file, s.airflow_password_file)}
+    assert modes == {Postgres(s).socket_dir: 0o700, s.pg_password_file.parent: 0o700, s.pg_password_file: 0o600,
+                     s.airflow_password_file: 0o600}
+
+    listeners = _listening(_stack_pids(s))
+    ports = {port for _, port in listeners}
+    assert {s.pg_port, s.kafka_port, s.kafka_controller_port, s.airflow_port} <= ports, listeners
+    assert [(a, p) for a, p in listeners if a not in (s.host, f"::ffff:{s.host}")] == [], \
+        f"every listener of the stack is bound to STREAMFILL_HOST={s.host}"
+
+    status = subprocess.run([*CLI, "stack", "status"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "400"})
+    assert status.returncode == 0, status.stdout
+    assert password not in status.stdout and admin_password(s) not in status.stdout
+    assert str(s.pg_password_file) in status.stdout and str(s.airflow_password_file) in status.stdout
+
+
+def _wait_for(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(1)
+
+
+@pytest.mark.fault
+def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_rest(stack_settings):
+    """`pg_ctl stop -m immediate`: Airflow's components exit on the refused connections while `airflow
+    standalone` stays alive; up restarts PostgreSQL, then Airflow, saying so, and leaves Kafka alone."""
+    from sqlalchemy import create_engine, text
+
+    from app.stack.airflow import Airflow
+    from app.stack.postgres import Postgres
+
+    postgres, airflow = Postgres(stack_settings), Airflow(stack_settings)
+    kafka_pid, airflow_pid = Kafka(stack_settings).pid(), airflow.pid()
+    crash = subprocess.run(postgres.pg_ctl("stop", "-m", "immediate", "-w"), capture_output=True, text=True,
+                           timeout=120)
+    assert crash.returncode == 0, crash.stderr
+    _wait_for(airflow.broken, 300, "an Airflow component exits on the refused connections")
+    assert airflow.pid() == airflow_pid, "airflow standalone itself stays alive"
+
+    status = subprocess.run([*CLI, "stack", "status"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "300"})
+    assert status.returncode == 1
+    rows = {name: next(ln for ln in status.stdout.splitlines() if f" {name} " in ln) for name in ("postgres",
+                                                                                              "airflow")}
+    assert "down" in rows["postgres"] and "running, not answering" in rows["airflow"], status.stdout
+
+    done = subprocess.run([*CLI, "stack", "up"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "postgres: starting" in done.stdout
+    assert f"airflow: running (pid {airflow_pid}) but not answering; restarting it" in done.stdout, done.stdout
+    assert "kafka: starting" not in done.stdout and Kafka(stack_settings).pid() == kafka_pid
+
+    after = subprocess.run([*CLI, "stack", "status"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "300"})
+    assert after.returncode == 0, after.stdout
+    engine = create_engine(stack_settings.offsets_db_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM jobs")).scalar() >= 0
+    finally:
+        engine.dispose()
