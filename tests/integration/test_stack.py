@@ -274,13 +274,28 @@ def _wait_for(check, timeout: float, what: str) -> None:
 
 
 @pytest.mark.fault
-def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_rest(stack_settings):
-    """`pg_ctl stop -m immediate`: Airflow's components exit on the refused connections while `airflow
-    standalone` stays alive; up restarts PostgreSQL, then Airflow, saying so, and leaves Kafka alone."""
+def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_rest(stack_settings, bootstrap,
+                                                                                    topic_name, tmp_path):
+    """`pg_ctl stop -m immediate` under a running stream: Airflow's components exit on the refused connections
+    while `airflow standalone` stays alive; up restarts PostgreSQL, then Airflow, saying so, and leaves Kafka
+    alone. The stream's batch in flight fails; restarted, the stream ends exactly-once."""
     from sqlalchemy import create_engine, text
 
     from app.stack.airflow import Airflow
     from app.stack.postgres import Postgres
+    from tests.integration.test_exactly_once import _records, run_driver
+    from tests.integration.test_faults import assert_exactly_once, pause_at, per_partition, start_driver, wait_for
+    from tests.kafka_helpers import create_topic, produce
+
+    create_topic(bootstrap, topic_name, 4)
+    produce(bootstrap, topic_name, _records(0, 1200))
+    job, table, checkpoint, fp = f"{topic_name}-pg", f"{topic_name}_pg", tmp_path / "checkpoint", tmp_path / "fp"
+    stream = start_driver(topic_name, job, table, checkpoint, pause_at(fp, "sink.staged", 2))
+    try:
+        wait_for(fp / "reached", stream, "the stream's second commit")
+    except BaseException:
+        os.killpg(stream.pid, signal.SIGKILL)
+        raise
 
     postgres, airflow = Postgres(stack_settings), Airflow(stack_settings)
     kafka_pid, airflow_pid = Kafka(stack_settings).pid(), airflow.pid()
@@ -312,3 +327,14 @@ def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_
             assert conn.execute(text("SELECT count(*) FROM jobs")).scalar() >= 0
     finally:
         engine.dispose()
+
+    (fp / "go").touch()  # the paused commit meets the restarted PostgreSQL: its staged rows are gone
+    try:
+        stream.communicate(timeout=300)
+    finally:
+        if stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGKILL)
+    assert stream.returncode != 0, "the batch in flight cannot commit after the crash"
+    done = run_driver(topic_name, job, table, checkpoint)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(stack_settings.offsets_db_url, job, table, per_partition(1200))
