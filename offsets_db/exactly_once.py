@@ -161,11 +161,17 @@ def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch |
         raise ForeignCheckpoint(job, start, "none of its partitions is one the job has read ("
                                 + ", ".join(f"{t}-{p}" for t, p in sorted(snap)[:10]) + ")")
     if not snap:
-        if from_checkpoint and start and (last is None or {tp: b for tp, (b, _) in _bounds(s, last.id).items()}
-                                          != dict(start)):
-            raise ForeignCheckpoint(job, start, "the job has no committed position in offsets_db, so the "
-                                    "checkpoint was written by another job (or offsets_db was reset)")
-        return
+        if not (from_checkpoint and start):
+            return
+        if last is not None and last.committed_at is None:
+            bounds = _bounds(s, last.id)
+            if {tp: b for tp, (b, _) in bounds.items()} == dict(start):
+                return  # the job's own first batch, planned again
+            if {tp: e for tp, (_, e) in bounds.items()} == {tp: o for tp, o in start.items() if tp in bounds}:
+                mark_committed(s, job, last.id)  # Spark finished it; a sink other than ours left it uncommitted
+                return
+        raise ForeignCheckpoint(job, start, "the job has no committed position in offsets_db, so the "
+                                "checkpoint was written by another job (or offsets_db was reset)")
     if _agrees(start, snap):
         return
     if last is not None and last.committed_at is None:
@@ -354,6 +360,19 @@ def resume_state(engine: Engine, job: str) -> Positions:
     with Session(engine) as s:
         jid = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
         return {} if jid is None else _snapshot(s, jid)
+
+
+def first_start(engine: Engine, job: str) -> Positions:
+    """Where a job that never committed planned its first batch: a restart must begin there again (a
+    `latest` start resolved anew would skip what arrived in between). Empty when there is no such batch."""
+    with Session(engine) as s:
+        jid = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
+        if jid is None or _snapshot(s, jid):
+            return {}
+        last = _last_batch(s, jid)
+        if last is None or last.committed_at is not None:
+            return {}
+        return {tp: b for tp, (b, _) in _bounds(s, last.id).items()}
 
 
 def commit(engine: Engine, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0) -> bool:

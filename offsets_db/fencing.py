@@ -122,6 +122,7 @@ def acquire(engine: Engine, job: str, jid: int, *, wait_s: float = 0, run_id: in
                 told = time.monotonic()
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         conn.commit()  # the session-level lock stays; the transaction does not
+        conn.execute(text("SET LOCAL lock_timeout = 0"))  # a commit in flight holds the lease row; let it finish
         stmt = insert(JobLease).values(job_id=jid, generation=1, run_id=run_id, host=socket.gethostname(),
                                        pid=os.getpid(), backend_pid=func.pg_backend_pid(), acquired_at=func.now())
         generation = conn.scalar(stmt.on_conflict_do_update(

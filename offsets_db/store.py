@@ -110,6 +110,9 @@ class OffsetStore:
     def commit_through(self, job: str, end: Positions, generation: int | None = None) -> bool:
         return exactly_once.commit_through(self.engine, job, end, generation)
 
+    def first_start(self, job: str) -> Positions:
+        return exactly_once.first_start(self.engine, job)
+
     def snapshot(self, job: str) -> Positions:
         """The resume state: next offset per (topic, partition); empty for a job never committed."""
         return exactly_once.resume_state(self.engine, job)

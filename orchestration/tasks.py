@@ -93,14 +93,22 @@ RETRY_WAIT = "2m"  # how long a task's launch waits for an earlier launch of its
 STOP_GRACE_S = 3.0  # Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be gone before
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the task process dies (Linux prctl PR_SET_PDEATHSIG)."""
+def _libc():
     import ctypes
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        pass
+        return None
+
+
+_LIBC = _libc()  # loaded here, never between fork and exec
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the task process dies (Linux prctl PR_SET_PDEATHSIG)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

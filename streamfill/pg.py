@@ -36,7 +36,10 @@ def connect_args(options: str = "", settings: PgSettings | None = None) -> dict:
     s = settings or PgSettings()
     server = (f"-c lock_timeout={s.lock_timeout.replace(' ', '')} "
               f"-c statement_timeout={s.statement_timeout.replace(' ', '')} "
-              f"-c idle_in_transaction_session_timeout={s.idle_in_transaction_timeout.replace(' ', '')}")
+              f"-c idle_in_transaction_session_timeout={s.idle_in_transaction_timeout.replace(' ', '')} "
+              # the server's side too: a session whose client vanished (holding a job's lock) ends in about a minute
+              f"-c tcp_keepalives_idle={s.keepalives_idle} -c tcp_keepalives_interval={s.keepalives_interval} "
+              f"-c tcp_keepalives_count={s.keepalives_count}")
     return {"connect_timeout": s.connect_timeout, "keepalives": 1, "keepalives_idle": s.keepalives_idle,
             "keepalives_interval": s.keepalives_interval, "keepalives_count": s.keepalives_count,
             "options": f"{server} {options}".strip()}

@@ -69,6 +69,18 @@ def beyond_log_end(start: Positions, watermarks: Watermarks) -> list[DataLoss]:
             for tp, off in sorted(start.items()) if tp in watermarks and off > watermarks[tp][1]]
 
 
+def went_back(start: Positions, end: Positions, watermarks: Watermarks) -> list[DataLoss]:
+    """In a batch's plan: Spark's end below its start (the round that chose the end saw the log end below the
+    position), or the position past the log end now. The round's view wins: the log may have grown since."""
+    out = []
+    for tp, off in sorted(start.items()):
+        if tp not in watermarks:
+            continue
+        if end.get(tp, off) < off or off > watermarks[tp][1]:
+            out.append(DataLoss(tp.topic, tp.partition, "offset_went_back", min(watermarks[tp][1], off), off))
+    return out
+
+
 def enforce(events: list[DataLoss], fail_on_data_loss: bool) -> list[DataLoss]:
     """Raise naming every lost range when failOnDataLoss is true; otherwise log and return the events."""
     if not events:
@@ -81,11 +93,13 @@ def enforce(events: list[DataLoss], fail_on_data_loss: bool) -> list[DataLoss]:
     return events
 
 
-def skip_lost(start: Positions, watermarks: Watermarks) -> Positions:
+def skip_lost(start: Positions, watermarks: Watermarks, went_back: Iterable[TopicPartition] = ()) -> Positions:
     """Where reading continues after a loss: the first available offset (of the new log, for a position past
-    the log end)."""
+    the log end or one whose offsets went back)."""
+    back = set(went_back)
+
     def after(tp: TopicPartition, off: int) -> int:
         low, high = watermarks[tp]
-        return low if off > high else max(off, low)
+        return low if off > high or tp in back else max(off, low)
 
     return {tp: after(tp, off) if tp in watermarks else off for tp, off in start.items()}

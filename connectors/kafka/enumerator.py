@@ -138,9 +138,10 @@ class StreamEnumerator:
         losses += data_loss.new_partitions(new, wm)
         begin = {tp: start.get(tp, 0) for tp in live}
         losses += [e for e in data_loss.below_log_start(begin, wm) if TopicPartition(e.topic, e.partition) not in new]
-        losses += data_loss.beyond_log_end(begin, wm)
+        losses += data_loss.went_back(begin, end, wm)
         data_loss.enforce(losses, self.opts.fail_on_data_loss)
-        begin = data_loss.skip_lost(begin, wm)
+        back = [TopicPartition(e.topic, e.partition) for e in losses if e.kind == "offset_went_back"]
+        begin = data_loss.skip_lost(begin, wm, back)
         finish = {tp: max(end[tp], begin[tp]) for tp in live}
         ranges = planner.ranges_between(begin, finish, option="offsets")
         return Plan(planner.split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition),

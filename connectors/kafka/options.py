@@ -101,9 +101,20 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         job=_job(opts),
         commit_to_group=_commit_to_group(opts),
         offsets_db_url=opts.get("offsetsdburl") or (default_db_url() if "job" in opts else ""),
-        job_generation=_needs_job(opts, "jobGeneration", _positive(opts, "jobGeneration")),
+        job_generation=_bounded_generation(opts, streaming),
         wait_for_job_ms=_needs_job(opts, "waitForJob", _wait_ms(opts.get("waitforjob"))) or 0,
     )
+
+
+def _bounded_generation(opts: dict[str, str], streaming: bool) -> int | None:
+    """A stream's source takes its job itself for the query's life; a bounded read cannot hold it until the
+    write commits, so its launch takes it first and passes the generation."""
+    generation = _needs_job(opts, "jobGeneration", _positive(opts, "jobGeneration"))
+    if generation is None and "job" in opts and not streaming:
+        raise OptionError("jobGeneration", None, "is needed by a bounded read with a job (its write commits the "
+                          "plan, in another process)", "Take the job first and pass its generation to the read "
+                          "and the write (connectors.spark.hold_job), or run it as `streamfill backfill`")
+    return generation
 
 
 def _needs_job(opts: dict[str, str], name: str, value):

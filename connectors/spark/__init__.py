@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,3 +17,26 @@ def register(spark: SparkSession) -> None:
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(PostgresSink)
+
+
+@contextmanager
+def hold_job(job: str, url: str | None = None, *, kind: str = "backfill", wait: float = 0) -> Iterator[int]:
+    """Take `job` for this launch (design §8) and give its generation, for the `jobGeneration` option of a
+    bounded read and write of your own; the job is free again when the block ends.
+
+        with hold_job("orders-replay") as generation:
+            df = spark.read.format("streamfill_kafka")...option("job", "orders-replay")
+                .option("jobGeneration", generation).load()
+            df.write.format("streamfill_postgres")...option("job", "orders-replay")
+                .option("jobGeneration", generation).save()
+    """
+    from offsets_db.store import OffsetStore
+    from streamfill.settings import default_db_url
+
+    store = OffsetStore(url or default_db_url())
+    store.ensure_job(job, kind)
+    try:
+        with store.hold(job, wait_s=wait) as lease:
+            yield lease.generation
+    finally:
+        store.engine.dispose()

@@ -148,6 +148,14 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
     evolve = _bool(opts, "evolveSchema")
     generation = _generation(opts, job)
+    if job is not None and generation is None and not streaming:
+        raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
+                          "could not tell this write's batch from another launch's", "Take the job first and pass "
+                          "its generation to the read and the write (connectors.spark.hold_job), or run it as "
+                          "`streamfill backfill`")
+    if job is None and streaming:
+        raise OptionError("job", None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
+                          "with the job's offsets)", "Give the source and the sink the same .option('job', NAME)")
     url = opts.get("url") or default_db_url()
     own_stage = job is None or not streaming
     owner = f"{job or 'write'}-{uuid.uuid4().hex}" if own_stage else job

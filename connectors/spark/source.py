@@ -101,14 +101,10 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        tracker = _tracker(self.opts, "backfill")
-        try:
-            plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, Broker(self.opts.kafka)))
-            if tracker is not None:
-                tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
-        finally:
-            if tracker is not None:
-                tracker.release()  # the commit checks the plan's generation, so the hold need not last
+        tracker = _tracker(self.opts, "backfill")  # with the launch's jobGeneration: it holds the job
+        plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, Broker(self.opts.kafka)))
+        if tracker is not None:
+            tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
         return [RangePartition(r) for r in plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -83,7 +83,8 @@ class JobTracker:
         self.store.record_losses(self.job, losses)
 
     def resume(self) -> Positions:
-        return self.store.snapshot(self.job)
+        """The snapshot; for a job that never committed, where its first planned batch began."""
+        return self.store.snapshot(self.job) or self.store.first_start(self.job)
 
     def record(self, plan: Plan, start: Positions | None, from_checkpoint: bool = False) -> int:
         """Record the plan before any task reads it; `start` (Spark's, read from an existing checkpoint when

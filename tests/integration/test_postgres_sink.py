@@ -15,6 +15,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from sqlalchemy import text
 
+from connectors.spark import hold_job
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -46,9 +47,13 @@ def test_a_bounded_job_commits_its_plan_and_a_rerun_of_the_same_plan_writes_noth
     produce(bootstrap, topic_name, [{"value": b"v%d" % i, "partition": i % 2} for i in range(300)])
     job, table = f"{topic_name}-bf", f"{topic_name}_bf"
     # a random key per row: only the commit protocol, not the key, can stop the rerun from landing again
-    df = kafka_df(spark, bootstrap, topic_name, job=job).withColumn("row_id", F.expr("uuid()"))
-    write(df, table, job=job, keyColumns="row_id")
-    write(df, table, job=job, keyColumns="row_id")
+    with hold_job(job) as generation:  # a bounded read and write of one's own take the job first
+        df = kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation).withColumn(
+            "row_id", F.expr("uuid()"))
+        write(df, table, job=job, jobGeneration=generation, keyColumns="row_id")
+        write(df, table, job=job, jobGeneration=generation, keyColumns="row_id")
+    with pytest.raises(Exception, match="jobGeneration.*is needed by a bounded"):
+        write(df, table, job=job, keyColumns="row_id")
     assert scalar(db, f'SELECT count(*) FROM "{table}"') == 300
     assert scalar(db, "SELECT count(*) FROM offset_history WHERE job = :j AND committed", j=job) == 2
     assert scalar(db, "SELECT sum(rows_written) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j",
@@ -168,9 +173,10 @@ def test_a_job_records_data_loss_events_with_the_batch(spark, bootstrap, topic_n
     for fut in admin.delete_records([KTopicPartition(topic_name, 0, 40)]).values():
         fut.result(30)
     job, table = f"{topic_name}-loss", f"{topic_name}_loss"
-    df = kafka_df(spark, bootstrap, topic_name, job=job, failOnDataLoss="false",
-                  startingOffsets=f'{{"{topic_name}": {{"0": 10}}}}')
-    write(df, table, job=job)
+    with hold_job(job) as generation:
+        df = kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation, failOnDataLoss="false",
+                      startingOffsets=f'{{"{topic_name}": {{"0": 10}}}}')
+        write(df, table, job=job, jobGeneration=generation)
     with db.connect() as conn:
         loss = conn.execute(text("SELECT e.kind, e.lost_from, e.lost_to, e.batch_id IS NOT NULL FROM "
                                  "data_loss_events e JOIN jobs j ON j.id = e.job_id WHERE j.name = :j"),

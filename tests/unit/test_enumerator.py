@@ -108,3 +108,16 @@ def test_with_fail_on_data_loss_false_the_new_log_is_read_from_its_start():
     assert [(r.start, r.end) for r in plan.ranges] == [(0, 1000)]
     assert [(x.kind, x.lost_from, x.lost_to) for x in plan.losses] == [("offset_went_back", 1300, 2300)]
     assert plan.bounds == {T0: (0, 1000)}
+
+
+def test_sparks_end_below_its_start_is_the_signal_even_when_the_log_grew_past_the_position_since():
+    """The round that chose the end saw the new log end at 20; by the plan the log holds 600. The plan must
+    still read [0, 20), as Spark's checkpoint says, and record the loss."""
+    broker = MemoryBroker({T0: (0, 20)})
+    e = enumerator(broker, failOnDataLoss="false")
+    end = e.next_end({T0: 500}, None, None)
+    assert end == {T0: 20}
+    broker.logs = {T0: (0, 600)}
+    plan = e.plan({T0: 500}, end)
+    assert plan.bounds == {T0: (0, 20)}
+    assert [(x.kind, x.lost_to) for x in plan.losses] == [("offset_went_back", 500)]

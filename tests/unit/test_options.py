@@ -153,8 +153,11 @@ def test_job_fencing_options():
     assert (opts.job_generation, opts.wait_for_job_ms) == (7, 600_000)
     assert parse({**BASE, "subscribe": "t", "job": "orders", "waitForJob": "30"}, streaming=True).wait_for_job_ms == 30_000
     assert "only applies to a job" in error({"subscribe": "t", "waitForJob": "10m"})
-    assert "waitForJob='soon': is not a duration" in error({"subscribe": "t", "job": "orders", "waitForJob": "soon"})
+    assert "waitForJob='soon': is not a duration" in error({"subscribe": "t", "job": "orders", "waitForJob": "soon"},
+                                                          streaming=True)
     assert "jobGeneration='-1'" in error({"subscribe": "t", "job": "orders", "jobGeneration": "-1"})
+    assert "jobGeneration=None: is needed by a bounded read with a job" in error({"subscribe": "t", "job": "x"})
+    assert parse({**BASE, "subscribe": "t", "job": "x", "jobGeneration": "3"}, streaming=False).job_generation == 3
 
 
 def test_every_postgres_connection_gets_timeouts_and_keepalives(monkeypatch):
@@ -164,7 +167,8 @@ def test_every_postgres_connection_gets_timeouts_and_keepalives(monkeypatch):
     args = connect_args("-c TimeZone=UTC")
     assert args["keepalives"] == 1 and args["keepalives_idle"] == 30
     assert args["options"] == ("-c lock_timeout=5s -c statement_timeout=30min "
-                               "-c idle_in_transaction_session_timeout=10min -c TimeZone=UTC")
+                               "-c idle_in_transaction_session_timeout=10min -c tcp_keepalives_idle=30 "
+                               "-c tcp_keepalives_interval=10 -c tcp_keepalives_count=3 -c TimeZone=UTC")
     monkeypatch.setenv("STREAMFILL_PG_STATEMENT_TIMEOUT", "forever")
     with pytest.raises(ValueError, match="statement_timeout"):
         PgSettings()
