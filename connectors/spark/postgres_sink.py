@@ -148,7 +148,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
     evolve = _bool(opts, "evolveSchema")
     generation = _generation(opts, job)
-    if job is not None and generation is None and not streaming:
+    if job is not None and generation is None and not streaming and stage:  # a write, not prepare_table's check
         raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
                           "could not tell this write's batch from another launch's", "Take the job first and pass "
                           "its generation to the read and the write (connectors.spark.hold_job), or run it as "
