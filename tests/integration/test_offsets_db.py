@@ -13,8 +13,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from app.stack.postgres import admin_url
+from offsets_db.exactly_once import PlannedRange
 from offsets_db.migrate import upgrade
 from offsets_db.models import Batch, BatchOffset, Job, Snapshot
+from offsets_db.store import OffsetStore
+from streamfill.errors import ProtocolError
 
 pytestmark = pytest.mark.integration
 
@@ -210,3 +213,19 @@ def test_planning_records_how_far_behind_the_job_was(fresh_db):
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT behind FROM lag_history WHERE job = 'lagging'")).scalar() == 20
     store.engine.dispose()
+
+
+def test_a_checkpoint_of_other_partitions_is_refused_before_anything_is_planned(stack_settings):
+    """A job that read topic A, resumed from a checkpoint that only knows topic B: not this job's."""
+    store = OffsetStore(stack_settings.offsets_db_url)
+    job = f"ck-{uuid.uuid4().hex[:8]}"
+    store.ensure_job(job, "stream")
+    with store.hold(job) as lease:
+        store.record_planned(job, [PlannedRange("a", 0, 0, 10)], start={("a", 0): 0}, generation=lease.generation)
+        store.commit_through(job, {("a", 0): 10}, lease.generation)
+        with pytest.raises(ProtocolError, match=r"is not this job's: none of its partitions is one the job has "
+                                                r"read \(a-0\)"):
+            store.record_planned(job, [PlannedRange("b", 0, 5, 10)], start={("b", 0): 5},
+                                 generation=lease.generation, from_checkpoint=True)
+    assert store.snapshot(job) == {("a", 0): 10}
+
