@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 from connectors.spark import postgres_sink
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
-from streamfill.errors import Fenced, JobBusy, ProtocolError
+from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
 from tests.kafka_helpers import create_topic, end_offsets, produce
 
@@ -150,8 +150,10 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
         store.hold(job)
     with pytest.raises(JobBusy):
         store.record_planned(job, [PlannedRange(topic, 0, 0, 100)])  # planning without holding the job
+    with pytest.raises(OptionError, match="jobGeneration"):
+        _sink(table, job, None, url)  # a bounded write that does not hold the job cannot even start
     with pytest.raises(ProtocolError, match=r"offsets 0\.\.99 are not batch 2's \(it planned \[100, 200\)\)"):
-        _write(_sink(table, job, None, url), topic, 0, 100)  # B's chunk-1 rows offered as the pending chunk 2
+        _write(_sink(table, job, a.generation, url), topic, 0, 100)  # chunk-1 rows offered as the pending chunk 2
     _write(_sink(table, job, a.generation, url), topic, 100, 200)
     assert store.snapshot(job) == {(topic, 0): 200}
 
