@@ -92,7 +92,7 @@ def up(settings: Settings, say: Say = print) -> list[Status]:
             svc.stop()
             _start(svc, all_services, say)
         elif not answers(svc, settings):
-            say(f"{svc.name}: running (pid {svc.pid()}) but not answering; restarting it")
+            say(f"{svc.name}: running (pid {svc.pid()}) but not answering ({svc.problem()}); restarting it")
             svc.stop()
             _start(svc, all_services, say)
             changed = True

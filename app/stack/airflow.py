@@ -167,6 +167,13 @@ class Airflow(ProcessGroupService):
     def broken(self) -> bool:
         return bool(self.stopped_processes())
 
+    def problem(self) -> str:
+        if self.health() is None:
+            return f"{self.url}/api/v2/monitor/health did not answer"
+        gone, unhealthy = self._problems(self.pid())
+        return "; ".join([f"processes gone: {', '.join(gone)}"] * bool(gone)
+                         + [f"not healthy: {', '.join(unhealthy)}"] * bool(unhealthy)) or "healthy again"
+
     def status(self) -> Status:
         pid = self.pid()
         login = f"login {ADMIN} at {self.url}, password in {self.settings.airflow_password_file}"

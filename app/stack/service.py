@@ -54,6 +54,10 @@ class Service(ABC):
         """Running, yet sure not to answer again without a restart."""
         return False
 
+    def problem(self) -> str:
+        """Why healthy() is false, in words for `stack up`'s message."""
+        return "its health check got no answer"
+
     @abstractmethod
     def start(self) -> None:
         """Start and wait until a real request succeeds."""
