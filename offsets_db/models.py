@@ -44,6 +44,7 @@ class Run(Base):
     """One per launch; Airflow's dag_id and run_id when Airflow launched it."""
 
     __tablename__ = "runs"
+    __table_args__ = (Index("runs_job_newest", "job_id", "id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -140,7 +141,8 @@ class DeadLetter(Base):
     """A record that could not be parsed or validated, with where it came from and why."""
 
     __tablename__ = "dead_letters"
-    __table_args__ = (UniqueConstraint("job_id", "topic", "partition", "offset", name="dead_letters_key"),)
+    __table_args__ = (UniqueConstraint("job_id", "topic", "partition", "offset", name="dead_letters_key"),
+                      Index("dead_letters_job_created", "job_id", "created_at"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -157,6 +159,7 @@ class QualityResult(Base):
     """One Great Expectations validation of a sink table: its verdict, statistics and full result."""
 
     __tablename__ = "quality_results"
+    __table_args__ = (Index("quality_results_job_checked", "job_id", "checked_at"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)

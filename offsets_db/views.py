@@ -1,5 +1,5 @@
-"""The SQL views people query: offset_history, latest_offsets, consumer_lag (migration 0002) and lag_history
-(migration 0003)."""
+"""The SQL views people query: offset_history, latest_offsets, consumer_lag (migration 0002), lag_history
+(migration 0003) and batch_throughput (migration 0005)."""
 
 OFFSET_HISTORY = """
 CREATE OR REPLACE VIEW offset_history AS
@@ -45,5 +45,16 @@ FROM batches b
 JOIN jobs j ON j.id = b.job_id
 """
 
+# One row per batch with what it moved and how long it took from planning to commit: the page's throughput.
+BATCH_THROUGHPUT = """
+CREATE OR REPLACE VIEW batch_throughput AS
+SELECT j.name AS job, b.seq AS batch_seq, b.id AS batch_id, b.run_id, b.planned_at, b.committed_at,
+       (SELECT sum(bo.end_offset - bo.start_offset)::bigint FROM batch_offsets bo WHERE bo.batch_id = b.id) AS offsets,
+       b.rows_written, b.dead_letters,
+       EXTRACT(EPOCH FROM b.committed_at - b.planned_at)::double precision AS seconds
+FROM batches b
+JOIN jobs j ON j.id = b.job_id
+"""
+
 ALL = {"offset_history": OFFSET_HISTORY, "latest_offsets": LATEST_OFFSETS, "consumer_lag": CONSUMER_LAG,
-       "lag_history": LAG_HISTORY}
+       "lag_history": LAG_HISTORY, "batch_throughput": BATCH_THROUGHPUT}
