@@ -154,6 +154,13 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
         last, lag = queries.last_commit_and_worst_lag(engine, job)
     finally:
         engine.dispose()
+    return Health(last, lag, health_problems(job, last, lag, max_commit_age, max_lag, now))
+
+
+def health_problems(job: str, last: datetime | None, lag: int | None, max_commit_age: timedelta, max_lag: int,
+                    now: datetime) -> list[str]:
+    """The thresholds of the entry's `health:` against the job's last commit and worst partition's lag; the
+    health DAG fails on them and the streamfill page marks them red."""
     problems = []
     if last is None:
         problems.append(f"job {job!r} has never committed a batch; is streamfill_stream__{job} running?")
@@ -163,4 +170,4 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
     if lag is not None and lag > max_lag:
         problems.append(f"job {job!r} lags {lag:,} offsets on its worst partition (threshold {max_lag:,}); "
                         "see `streamfill offsets lag --job " + job + "`")
-    return Health(last, lag, problems)
+    return problems

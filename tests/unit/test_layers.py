@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "connectors/spark/": 4,
     "spark_jobs/": 5,  # the jobs, the pipelines, quality checks; the demo as an example
     "orchestration/": 6,  # the Airflow side and the DAG files
+    "orchestration/ui/": 6,  # the streamfill page: an Airflow plugin
     "dags/": 6,
     "app/": 7,  # the app: the CLI and the local stack; the benchmarks beside it
     "bench/": 7,

@@ -1,0 +1,161 @@
+"""What each view of the page shows, built from offsets_db's page queries and the jobs file's entries: plain
+dicts and lists that the HTML templates render and the JSON endpoints return as they are."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Engine
+
+from offsets_db import dashboard
+from orchestration.tasks import health_problems
+from orchestration.ui import format as fmt
+from spark_jobs.pipelines import PipelineSpec, load
+from streamfill.errors import StreamfillError
+from streamfill.names import validate_job_name
+
+DEFAULT_KEY = ["topic", "partition", "offset"]
+
+
+class NotFound(StreamfillError):
+    """A job or an offset the page cannot show; the message names it and what exists."""
+
+
+def entries() -> tuple[dict[str, PipelineSpec], str | None]:
+    """The jobs file's entries, and why they could not be read (the page still shows offsets_db without them)."""
+    try:
+        return load(), None
+    except StreamfillError as exc:
+        return {}, str(exc)
+
+
+def run_link(ui_root: str, dag_id: str | None, run_id: str | None) -> str | None:
+    """The Airflow UI's page of the DAG run that launched a job's run, when Airflow launched it."""
+    if not dag_id or not run_id:
+        return None
+    return f"{ui_root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def overview(engine: Engine, ui_root: str, now: datetime | None = None) -> dict[str, Any]:
+    now = now or datetime.now(timezone.utc)
+    specs, jobs_error = entries()
+    rows = []
+    for r in dashboard.overview(engine, now, sorted(specs)):
+        spec = specs.get(r["name"])
+        problems: list[str] = []
+        stale = lagging = False
+        if spec is not None:
+            max_age = timedelta(minutes=spec.health.max_commit_age_minutes)
+            problems = health_problems(r["name"], r["last_commit"], r["max_lag"], max_age, spec.health.max_lag, now)
+            stale = r["last_commit"] is None or now - r["last_commit"] > max_age
+            lagging = r["max_lag"] is not None and r["max_lag"] > spec.health.max_lag
+        rows.append({
+            "name": r["name"], "kind": r["kind"], "entry": spec is not None,
+            "state": r["status"] or "no run", "run_link": run_link(ui_root, r["dag_id"], r["airflow_run_id"]),
+            "last_commit": fmt.iso(r["last_commit"]), "commit_age": fmt.age(r["last_commit"], now),
+            "total_lag": r["total_lag"], "max_lag": r["max_lag"], "rows_hour": r["rows_hour"] or 0,
+            "dead_hour": r["dead_hour"] or 0,
+            "quality": None if r["quality_ok"] is None else ("passed" if r["quality_ok"] else "failed"),
+            "quality_age": fmt.age(r["quality_at"], now) if r["quality_at"] else None,
+            "data_loss": r["data_loss"], "problems": problems, "stale": stale, "lagging": lagging,
+            "health": None if spec is None else {"max_commit_age_minutes": spec.health.max_commit_age_minutes,
+                                                 "max_lag": spec.health.max_lag},
+        })
+    return {"jobs": rows, "jobs_error": jobs_error, "now": fmt.iso(now)}
+
+
+def job_row(engine: Engine, name: str) -> dict[str, Any]:
+    validate_job_name(name)
+    found = dashboard.job(engine, name)
+    if found is None:
+        known = [r["name"] for r in dashboard.overview(engine, datetime.now(timezone.utc), [], limit=20)]
+        raise NotFound(f"job {name!r} is not in offsets_db; known jobs: {', '.join(known) or 'none yet'}")
+    return found
+
+
+def lag(engine: Engine, name: str, window: timedelta, now: datetime | None = None) -> dict[str, Any]:
+    """Plotly traces: trace 0 the total lag, one point per batch (or per bucket); then one per partition."""
+    since = (now or datetime.now(timezone.utc)) - window
+    batches = dashboard.batch_count(engine, name, since)
+    bucket = fmt.bucket_for(window, batches)
+    series = dashboard.lag_series(engine, name, since, bucket)
+    traces = [{"name": "total", "x": [fmt.iso(t) for t, _ in series["total"]],
+               "y": [v for _, v in series["total"]], "mode": "lines+markers", "line": {"width": 3}}]
+    for (topic, partition), points in sorted(series["partitions"].items()):
+        traces.append({"name": f"{topic}-{partition}", "x": [fmt.iso(t) for t, _ in points],
+                       "y": [v for _, v in points], "mode": "lines+markers"})
+    return {"batches": batches, "bucket_seconds": None if bucket is None else int(bucket.total_seconds()),
+            "traces": traces}
+
+
+def throughput(engine: Engine, name: str, window: timedelta, now: datetime | None = None) -> dict[str, Any]:
+    """Plotly traces of offsets/s and rows/s per committed batch (one batch per bucket on a long window), over
+    its time from planning to commit."""
+    since = (now or datetime.now(timezone.utc)) - window
+    bucket = fmt.bucket_for(window, dashboard.batch_count(engine, name, since))
+    points = dashboard.throughput_series(engine, name, since, bucket)
+    x = [fmt.iso(p["committed_at"]) for p in points]
+    traces = [{"name": "offsets/s", "x": x, "y": [fmt.per_second(p["offsets"], p["seconds"]) for p in points],
+               "mode": "lines+markers"},
+              {"name": "rows/s", "x": x, "y": [fmt.per_second(p["rows_written"], p["seconds"]) for p in points],
+               "mode": "lines+markers"},
+              {"name": "dead letters per batch", "x": x, "y": [p["dead_letters"] for p in points], "type": "bar",
+               "yaxis": "y2", "opacity": 0.4}]
+    return {"points": len(points), "bucket_seconds": None if bucket is None else int(bucket.total_seconds()),
+            "traces": traces}
+
+
+def dead_letters(engine: Engine, job_id: int, window: timedelta, samples: int = 3,
+                 now: datetime | None = None) -> list[dict[str, Any]]:
+    since = (now or datetime.now(timezone.utc)) - window
+    out = []
+    for group in dashboard.dead_letter_reasons(engine, job_id, since, samples=samples):
+        out.append({"reason": group["reason"], "count": group["count"], "newest": fmt.iso(group["newest"]),
+                    "samples": [{"topic": s["topic"], "partition": s["partition"], "offset": s["offset"],
+                                 "error": s["error"], "value": fmt.safe_bytes(s["raw_value"])}
+                                for s in group["samples"]]})
+    return out
+
+
+def data_loss(engine: Engine, job_id: int) -> list[dict[str, Any]]:
+    return [{**e, "detected_at": fmt.iso(e["detected_at"])} for e in dashboard.data_loss_events(engine, job_id)]
+
+
+def quality(engine: Engine, job_id: int, window: timedelta, now: datetime | None = None) -> list[dict[str, Any]]:
+    since = (now or datetime.now(timezone.utc)) - window
+    return [{"checked_at": fmt.iso(q["checked_at"]), "suite": q["suite"], "table": q["table_name"],
+             "success": q["success"], "evaluated": (q["statistics"] or {}).get("evaluated_expectations"),
+             "successful": (q["statistics"] or {}).get("successful_expectations"), "failing": q["failing"]}
+            for q in dashboard.quality_results(engine, job_id, since)]
+
+
+def sink_of(job: dict[str, Any], specs: dict[str, PipelineSpec]) -> tuple[str | None, list[str]]:
+    """The job's table and key: a backfill's recorded table, else its entry's (a window or replay job is named
+    after its entry: `orders.interval...`, `orders.replay...`)."""
+    spec = specs.get(job["name"]) or specs.get(job["name"].split(".")[0])
+    recorded = ((job.get("config") or {}).get("backfill") or {}).get("table")
+    table = recorded or (spec.table if spec is not None else None)
+    return table, list(spec.key) if spec is not None else DEFAULT_KEY
+
+
+def find(engine: Engine, job: dict[str, Any], ui_root: str, topic: str, partition: int,
+         offset: int) -> dict[str, Any]:
+    """Which batch and run of the job read (topic, partition, offset), and the key of the row it became (or the
+    dead letter it became)."""
+    batches = dashboard.find_offset(engine, job["name"], topic, partition, offset)
+    for b in batches:
+        b["run_link"] = run_link(ui_root, b["dag_id"], b["airflow_run_id"])
+        b["planned_at"], b["committed_at"] = fmt.iso(b["planned_at"]), fmt.iso(b["committed_at"])
+    table, key = sink_of(job, entries()[0])
+    row, row_error = None, None
+    if table is not None:
+        try:
+            row = dashboard.row_key(engine, table, key, topic, partition, offset)
+        except Exception as exc:  # noqa: BLE001 - a table gone or changed is shown, not raised
+            row_error = f"cannot read {table}: {str(exc).splitlines()[0]}"
+    dead = dashboard.dead_letter_at(engine, job["id"], topic, partition, offset)
+    return {"topic": topic, "partition": partition, "offset": offset, "batches": batches, "table": table,
+            "key": key, "row": row, "row_error": row_error,
+            "dead_letter": None if dead is None else {"error": dead["error"], "created_at": fmt.iso(dead["created_at"])}}
