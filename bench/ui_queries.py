@@ -50,7 +50,8 @@ HISTORY = [
     "INSERT INTO dead_letters (job_id, batch_id, topic, partition, \"offset\", raw_value, error, created_at) "
     "SELECT b.job_id, b.id, :topic, b.seq % 4, b.seq * 1000 - 1, convert_to('{\"amount\": -' || b.seq || '}', "
     "'UTF8'), (ARRAY['amount below min 0: -' || b.seq, 'invalid JSON', 'currency not in [EUR, USD]: XX' || b.seq % 7])"
-    "[b.seq % 3 + 1], b.committed_at FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :job AND b.seq % 5 = 0",
+    "[b.seq % 3 + 1], b.committed_at FROM batches b JOIN jobs j ON j.id = b.job_id "
+    "WHERE j.name = :job AND b.seq % 5 = 0",
     "INSERT INTO quality_results (job_id, suite, table_name, success, statistics, result, checked_at) "
     "SELECT j.id, 'bench', 'bench_orders', n % 1000 <> 0, '{\"evaluated_expectations\": 12, "
     "\"successful_expectations\": 12}'::jsonb, jsonb_build_object('expectations', jsonb_build_array("

@@ -158,4 +158,5 @@ def find(engine: Engine, job: dict[str, Any], ui_root: str, topic: str, partitio
     dead = dashboard.dead_letter_at(engine, job["id"], topic, partition, offset)
     return {"topic": topic, "partition": partition, "offset": offset, "batches": batches, "table": table,
             "key": key, "row": row, "row_error": row_error,
-            "dead_letter": None if dead is None else {"error": dead["error"], "created_at": fmt.iso(dead["created_at"])}}
+            "dead_letter": None if dead is None else {"error": dead["error"],
+                                                      "created_at": fmt.iso(dead["created_at"])}}

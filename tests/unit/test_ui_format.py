@@ -30,9 +30,10 @@ def test_a_window_is_drawn_per_batch_until_it_has_too_many():
     assert fmt.bucket_for(timedelta(seconds=10), 5000, max_points=2000) == timedelta(seconds=1)
 
 
-@pytest.mark.parametrize("ago, want", [(None, "never"), (timedelta(seconds=42), "42 s"), (timedelta(minutes=5), "5 min"),
-                                       (timedelta(hours=3, minutes=20), "3 h 20 min"), (timedelta(hours=2), "2 h"),
-                                       (timedelta(days=2, hours=4), "2 d 4 h"), (-timedelta(seconds=3), "0 s")])
+@pytest.mark.parametrize("ago, want", [(None, "never"), (timedelta(seconds=42), "42 s"),
+                                       (timedelta(minutes=5), "5 min"), (timedelta(hours=3, minutes=20), "3 h 20 min"),
+                                       (timedelta(hours=2), "2 h"), (timedelta(days=2, hours=4), "2 d 4 h"),
+                                       (-timedelta(seconds=3), "0 s")])
 def test_ages_read_like_a_person_says_them(ago, want):
     assert fmt.age(None if ago is None else NOW - ago, NOW) == want
 
