@@ -52,6 +52,13 @@ def demo(
     console.print(quality)
     console.print(f"Airflow UI: {out['ui']} (login {out['login']}, password in {out['password_file']}). Offsets: "
                   f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
+    console.print(f"streamfill page (lag, throughput, dead letters, data loss, quality of every job): "
+                  f"{page_url(out['ui'])} (the Airflow UI's streamfill entry; same login)", highlight=False)
+
+
+def page_url(ui: str) -> str:
+    """The streamfill page inside the Airflow UI (the plugin's nav entry, orchestration/ui/plugin.py)."""
+    return f"{ui}/plugin/streamfill"
 
 
 def _table(name: str):
