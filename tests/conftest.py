@@ -16,14 +16,24 @@ hypothesis_settings.register_profile("streamfill", deadline=None, max_examples=1
 hypothesis_settings.load_profile("streamfill")
 
 
+ISSUED: list[str] = []  # every name `topic_name` gave out: the session removes what tests made under them
+
+
 @pytest.fixture(scope="session")
 def stack_settings() -> Settings:
-    """The local stack, up and healthy; stopped again at the end when this session started it."""
+    """The local stack, up and healthy; stopped again at the end when this session started it. Before that,
+    the DAGs, jobs.d files, offsets_db jobs, tables and topics the session's tests made are removed
+    (tests/cleanup.py), so the user's DAG list and streamfill page show only the user's jobs."""
+    from tests import cleanup
+
     settings = Settings()
     started = not all(s.healthy for s in stack.status(settings))
     if started:
         stack.up(settings)
+    since = cleanup.newest_job_id(settings)
     yield settings
+    for line in cleanup.remove_traces(settings, since, ISSUED):
+        print(f"removed {line}")
     if started and os.environ.get("STREAMFILL_KEEP_STACK") != "1":
         stack.down(settings)
 
@@ -35,7 +45,10 @@ def bootstrap(stack_settings: Settings) -> str:
 
 @pytest.fixture
 def topic_name() -> str:
-    return f"t_{uuid.uuid4().hex[:10]}"
+    """A name of the test's own (topic, job, table prefix), removed with what it names at the session's end."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    ISSUED.append(name)
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -48,3 +48,22 @@ def private_kafka(stack_settings):
     yield kafka
     kafka.stop()
     shutil.rmtree(settings.home, ignore_errors=True)
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium (Debian's chromium and chromedriver), driven by Selenium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail("chromium and chromium-driver are missing: `make browser` installs them")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        opts.add_argument(arg)
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.implicitly_wait(2)
+    yield d
+    d.quit()

@@ -4,7 +4,6 @@ streamfill_replay's Params form, trigger, and see the run succeed."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import pytest
@@ -14,39 +13,9 @@ from app.stack.airflow import admin_password, reserialize
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets
+from tests.ui_helpers import log_in, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
-
-
-@pytest.fixture
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail("chromium and chromium-driver are missing: `make browser` installs them")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
-        opts.add_argument(arg)
-    d = webdriver.Chrome(service=Service(driver), options=opts)
-    d.implicitly_wait(2)
-    yield d
-    d.quit()
-
-
-def wait_for(fn, timeout: float = 60, what: str = "the page"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = fn()
-            if found:
-                return found
-        except Exception:  # noqa: BLE001 - the element is not there yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{what} did not appear within {timeout} s")
 
 
 def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(browser, stack_settings, bootstrap,
@@ -63,11 +32,7 @@ def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(brows
     table = f"{topic_name}_ui"
     base = f"http://{stack_settings.host}:{stack_settings.airflow_port}"
 
-    browser.get(base + "/")
-    wait_for(lambda: browser.find_element(By.NAME, "username"), what="the login form").send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys(admin_password(stack_settings))
-    next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text == "Sign in").click()
-    wait_for(lambda: "/auth/login" not in browser.current_url, what="the home page")
+    log_in(browser, base, admin_password(stack_settings))
 
     browser.get(base + "/dags/streamfill_replay")
     wait_for(lambda: [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"],

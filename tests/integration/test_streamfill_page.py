@@ -1,0 +1,129 @@
+"""The streamfill page in the Airflow UI: behind Airflow's login, and showing what a short run of the demo job
+(`orders`, launched through its stream DAG) wrote to offsets_db: the job, its lag plot with one point per batch,
+its dead letters by reason, and the batch that read a known offset. One stream run serves every check."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from sqlalchemy import text
+
+from app.stack.airflow import admin_password, reserialize
+from orchestration.airflow_api import AirflowApi
+from spark_jobs.demo.produce import ensure_topic, produce
+from tests.ui_helpers import log_in, wait_for
+
+pytestmark = pytest.mark.integration
+
+ENDPOINTS = ["/streamfill/", "/streamfill/api/jobs", "/streamfill/jobs/orders", "/streamfill/api/jobs/orders/lag",
+             "/streamfill/api/jobs/orders/throughput", "/streamfill/api/jobs/orders/dead-letters",
+             "/streamfill/api/jobs/orders/quality", "/streamfill/api/jobs/orders/data-loss",
+             "/streamfill/api/jobs/orders/find?topic=orders&partition=0&offset=0",
+             "/streamfill/jobs/orders/dead-letters", "/streamfill/static/plotly.min.js"]
+
+
+def status_of(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def query(db, sql: str, **params) -> list[tuple]:
+    with db.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql), params)]
+
+
+def test_the_page_and_its_data_answer_only_a_logged_in_user(stack_settings):
+    base = f"http://{stack_settings.host}:{stack_settings.airflow_port}"
+    assert {p: status_of(base + p) for p in ENDPOINTS} == {p: 401 for p in ENDPOINTS}
+    forged = {p: status_of(base + p, {"Authorization": "Bearer not-a-token"}) for p in ENDPOINTS}
+    assert forged == {p: 403 for p in ENDPOINTS}
+    token = AirflowApi(stack_settings).token
+    assert status_of(base + "/streamfill/api/jobs", {"Authorization": f"Bearer {token}"}) == 200
+    assert status_of(base + "/streamfill/", {"Cookie": f"_token={token}"}) == 200
+
+
+@pytest.fixture(scope="module")
+def demo_run(stack_settings, bootstrap):
+    """A short run of the demo job through its stream DAG (available-now): batches, a run Airflow launched, and
+    the demo's dead letters."""
+    reserialize(stack_settings)
+    ensure_topic(bootstrap, "orders", 4)
+    produce(bootstrap, "orders", 4000, bad_ratio=0.05, seed=int(time.time()))
+    api = AirflowApi(stack_settings)
+    run_id = api.trigger("streamfill_stream__orders", {"trigger": "available-now"})
+    assert api.wait("streamfill_stream__orders", run_id, timeout=900) == "success"
+    return run_id
+
+
+@pytest.mark.browser
+def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(browser, stack_settings, db,
+                                                                              demo_run, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    base = f"http://{stack_settings.host}:{stack_settings.airflow_port}"
+    log_in(browser, base, admin_password(stack_settings))
+
+    # the nav entry opens the page inside the Airflow UI
+    browser.get(base + "/plugin/streamfill")
+    frame = wait_for(lambda: browser.find_element(By.TAG_NAME, "iframe"), what="the streamfill view")
+    browser.switch_to.frame(frame)
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "tr[data-job='orders']"), what="the orders row")
+    browser.switch_to.default_content()
+    assert wait_for(lambda: [a for a in browser.find_elements(By.TAG_NAME, "a") if a.text.strip() == "streamfill"],
+                    what="the streamfill nav entry")
+    browser.save_screenshot(str(tmp_path / "in-airflow.png"))
+
+    browser.get(base + "/streamfill/")
+    row = wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "tr[data-job='orders']"), what="the orders row")
+    assert "stream" in row.text and "succeeded" in row.text
+    link = row.find_element(By.CSS_SELECTOR, "a[target='_top']").get_attribute("href")
+    assert "/dags/streamfill_stream__orders/runs/" in link
+    browser.save_screenshot(str(tmp_path / "overview.png"))
+
+    window = "SELECT count(*) FROM lag_history WHERE job = 'orders' AND planned_at >= now() - interval '1 hour'"
+    most = query(db, window)[0][0]
+    browser.get(base + "/streamfill/jobs/orders?window=1h")
+    points = wait_for(lambda: browser.execute_script(
+        "const p = document.getElementById('lag-plot'); return p && p.data ? p.data[0].x.length : null;"),
+        what="the lag plot")
+    least = query(db, window)[0][0]
+    assert least >= 1 and least <= points <= most  # one point per batch of the window
+    assert browser.execute_script("return document.getElementById('lag-plot').data[0].name") == "total"
+    browser.save_screenshot(str(tmp_path / "job.png"))
+
+    browser.find_element(By.ID, "dead-letters-link").click()
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, ".reason-text"), what="the dead letters")
+    shown = {e.text for e in browser.find_elements(By.CSS_SELECTOR, ".reason-text")}
+    reasons = {r[0] for r in query(db, "SELECT DISTINCT split_part(d.error, ': ', 1) FROM dead_letters d JOIN jobs j "
+                                       "ON j.id = d.job_id WHERE j.name = 'orders' AND d.created_at >= now() - "
+                                       "interval '1 hour'")}
+    assert reasons and shown == reasons
+    assert browser.find_elements(By.CSS_SELECTOR, "pre.raw")  # the raw samples
+    browser.save_screenshot(str(tmp_path / "dead-letters.png"))
+
+    seq, partition, start = query(db, "SELECT batch_seq, partition, start_offset FROM offset_history WHERE job = "
+                                      "'orders' AND committed AND end_offset > start_offset ORDER BY batch_seq DESC "
+                                      "LIMIT 1")[0]
+    browser.get(base + "/streamfill/jobs/orders")
+    form = wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "form.finder"), what="the offset finder")
+    for name, value in (("topic", "orders"), ("partition", partition), ("offset", start)):
+        form.find_element(By.NAME, name).send_keys(str(value))
+    form.find_element(By.TAG_NAME, "button").click()
+    found = wait_for(lambda: browser.find_element(By.ID, "found-batches"), what="the batch that read the offset")
+    assert str(seq) in found.text.split()
+    dead = query(db, 'SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = \'orders\' '
+                     'AND d.topic = \'orders\' AND d.partition = :p AND d."offset" = :o', p=partition, o=start)[0][0]
+    where = browser.find_element(By.ID, "dead-letter" if dead else "row-key").text
+    assert (f"offset = {start}" in where) if not dead else "dead letter" in where
+    browser.save_screenshot(str(tmp_path / "offset-finder.png"))
+    api = json.loads(browser.execute_script(
+        "return fetch(arguments[0]).then(r => r.text())", f"/streamfill/api/jobs/orders/find?topic=orders&partition="
+        f"{partition}&offset={start}"))
+    assert [b["batch_seq"] for b in api["batches"]][:1] == [seq]
