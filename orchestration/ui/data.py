@@ -75,10 +75,12 @@ def job_row(engine: Engine, name: str) -> dict[str, Any]:
     return found
 
 
-def lag(engine: Engine, name: str, window: timedelta, now: datetime | None = None) -> dict[str, Any]:
-    """Plotly traces: trace 0 the total lag, one point per batch (or per bucket); then one per partition."""
+def lag(engine: Engine, name: str, window: timedelta, now: datetime | None = None,
+        batches: int | None = None) -> dict[str, Any]:
+    """Plotly traces: trace 0 the total lag, one point per batch (or per bucket); then one per partition.
+    `batches`: the window's batch count when the caller has it."""
     since = (now or datetime.now(timezone.utc)) - window
-    batches = dashboard.batch_count(engine, name, since)
+    batches = dashboard.batch_count(engine, name, since) if batches is None else batches
     bucket = fmt.bucket_for(window, batches)
     series = dashboard.lag_series(engine, name, since, bucket)
     traces = [{"name": "total", "x": [fmt.iso(t) for t, _ in series["total"]],
@@ -90,11 +92,12 @@ def lag(engine: Engine, name: str, window: timedelta, now: datetime | None = Non
             "traces": traces}
 
 
-def throughput(engine: Engine, name: str, window: timedelta, now: datetime | None = None) -> dict[str, Any]:
+def throughput(engine: Engine, name: str, window: timedelta, now: datetime | None = None,
+               batches: int | None = None) -> dict[str, Any]:
     """Plotly traces of offsets/s and rows/s per committed batch (one batch per bucket on a long window), over
     its time from planning to commit."""
     since = (now or datetime.now(timezone.utc)) - window
-    bucket = fmt.bucket_for(window, dashboard.batch_count(engine, name, since))
+    bucket = fmt.bucket_for(window, dashboard.batch_count(engine, name, since) if batches is None else batches)
     points = dashboard.throughput_series(engine, name, since, bucket)
     x = [fmt.iso(p["committed_at"]) for p in points]
     traces = [{"name": "offsets/s", "x": x, "y": [fmt.per_second(p["offsets"], p["seconds"]) for p in points],

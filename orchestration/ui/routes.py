@@ -91,8 +91,9 @@ def create_app() -> FastAPI:
     def job_page(request: Request, job: str, window: str | None = None):
         name, length = window_of(window)
         row, engine = job_of(job), db.engine()
-        return page(request, "job.html", job=row, window=name, windows=list(fmt.WINDOWS),
-                    lag=data.lag(engine, job, length), throughput=data.throughput(engine, job, length),
+        lag = data.lag(engine, job, length)
+        return page(request, "job.html", job=row, window=name, windows=list(fmt.WINDOWS), lag=lag,
+                    throughput=data.throughput(engine, job, length, batches=lag["batches"]),
                     dead_letters=data.dead_letters(engine, row["id"], length, samples=0),
                     data_loss=data.data_loss(engine, row["id"]), quality=data.quality(engine, row["id"], length))
 
