@@ -1,7 +1,8 @@
 """The test session leaves no trace in the stack a user works with: the jobs.d files, Airflow DAGs, offsets_db
 jobs, tables and topics its tests made are removed at its end, so the DAG list and the streamfill page show
 only the user's jobs. Tests name what they make after `topic_name` (t_<hex>), which this module is told of;
-offsets_db jobs are recognised by being newer than the session and not an entry of the user's jobs file."""
+offsets_db jobs are recognised by a test name in theirs (and being newer than the session, not an entry of the
+user's jobs file): a job a user starts meanwhile is never touched."""
 
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
         with engine.begin() as conn:
             jobs = conn.execute(text(
                 "SELECT id, name, config->'backfill'->>'table' FROM jobs "
-                "WHERE (id > :since AND NOT name = ANY(:entries)) OR name = ANY(:names) "
-                "OR split_part(name, '.', 1) = ANY(:names)"),
+                "WHERE id > :since AND NOT name = ANY(:entries) AND name ~ 't_[0-9a-f]{10}' "
+                "OR name = ANY(:names) OR split_part(name, '.', 1) = ANY(:names)"),
                 {"since": since_job_id, "entries": entries, "names": names}).all()
             ids = [j[0] for j in jobs]
             conn.execute(text("DELETE FROM quality_results WHERE job_id = ANY(:ids)"), {"ids": ids})
@@ -87,9 +88,10 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
             made = {t for _, _, t in jobs if t} | set(conn.scalars(text(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND ("
                 "tablename = ANY(:names) OR split_part(tablename, '_', 1) || '_' || split_part(tablename, '_', 2) "
-                "= ANY(:names) OR tablename LIKE '\\_sf\\_stage\\_t\\_%')"), {"names": names}))
+                "= ANY(:names) OR tablename LIKE '\\_sf\\_stage\\_t\\_%' OR tablename LIKE '\\_sf\\_part\\_t\\_%')"),
+                {"names": names}))
             for table in sorted(made):
-                if TEST_NAME.match(table) or table.startswith("_sf_stage_t_"):
+                if TEST_NAME.match(table) or table.startswith(("_sf_stage_t_", "_sf_part_t_")):
                     conn.execute(text('DROP TABLE IF EXISTS "{}"'.format(table.replace('"', '""'))))
     finally:
         engine.dispose()
