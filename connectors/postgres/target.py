@@ -5,6 +5,7 @@ here: the exactly-once protocol (`offsets_db.exactly_once`) moves dead letters a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -17,6 +18,8 @@ import psycopg2.errors
 from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
+from connectors.postgres import partitions
+from connectors.postgres.partitions import PART_PREFIX
 from streamfill.errors import OptionError, SinkError
 
 log = logging.getLogger("streamfill.postgres_target")
@@ -31,7 +34,12 @@ DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
 @dataclass(frozen=True)
 class Column:
     name: str
-    pg_type: str  # a type name from the fixed mapping of the Spark layer, never user text
+    pg_type: str  # a type name from the fixed mapping of the Spark layer or a checked columnTypes entry
+    staged: str = ""  # the type binary COPY writes (its Arrow type's); the move casts when it differs
+
+    @property
+    def stage_type(self) -> str:
+        return self.staged or self.pg_type
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class Target:
     key: tuple[str, ...]
     stage: str  # the staging table's name, in the target's schema
     dead_letters: bool = False
+    partitioned: bool = False  # partitioned by (topic, partition, offset): valid rows are published by attaching
 
     @property
     def ident(self) -> sql.Composable:
@@ -89,11 +98,13 @@ def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
 
 
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],
-            owner: str, dead_letters: bool = False, evolve: bool = False) -> Target:
+            owner: str, dead_letters: bool = False, evolve: bool = False, partition: bool = False) -> Target:
     """Create the target when missing and check it when it exists (`create_stage` makes its staging table).
 
     An existing table must have every written column, each of a type that `holds` what is written: a mismatch
-    would otherwise fail at COPY on the executors, after retries. Errors give the statement to run. With `evolve`
+    would otherwise fail at COPY on the executors, after retries. Errors give the statement to run. With
+    `partition` a table created here with the default key is partitioned (`partitions`); an existing table is
+    never restructured, and is published into by attaching only when it is partitioned that way. With `evolve`
     (a table a pipeline entry manages) a column it lacks is added, nullable, and columns it has that are not
     written are reported in the log and left as they are."""
     with conn.cursor() as cur:
@@ -102,18 +113,24 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
             schema = cur.fetchone()[0]
         else:
             _check_schema(cur, schema, table)
-        shape = ",".join(f"{c.name}:{c.pg_type}" for c in columns) + ("|dead-letters" if dead_letters else "")
+        shape = ",".join(f"{c.name}:{c.pg_type}:{c.stage_type}" for c in columns) + ("|dead-letters" if dead_letters else "")
         target = Target(schema, table, tuple(columns), tuple(key), stage_name(schema, table, owner, shape),
                         dead_letters)
         existing = existing_columns(cur, schema, table)
-        if not existing:
+        definition = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
+                                        for c in columns)
+        attachable = partition and tuple(key) == DEFAULT_KEY and all(
+            normal_type(c.stage_type) == normal_type(c.pg_type) == normal_type(existing.get(c.name, c.pg_type))
+            for c in columns)
+        if not existing and attachable:
+            partitions.create_partitioned(cur, schema, table, definition)
+        elif not existing:
             cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, UNIQUE ({}))").format(
-                target.ident,
-                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
-                                   for c in columns),
-                sql.SQL(", ").join(map(sql.Identifier, key))))
+                target.ident, definition, sql.SQL(", ").join(map(sql.Identifier, key))))
         else:
             _check_existing(cur, target, existing, evolve)
+        if attachable and partitions.is_partitioned(cur, schema, table):
+            target = dataclasses.replace(target, partitioned=True)
     conn.commit()
     return target
 
@@ -123,32 +140,33 @@ STAGE_PREFIX = "_sf_stage_"
 
 def create_stage(conn: PgConnection, target: Target, kind: str, sweep_after_s: float) -> None:
     """The target's staging table, UNLOGGED for speed: a crash empties it, and the commit's count of staged rows
-    catches that. Its comment says whose it is and since when, so stages of writes whose driver died (kind
+    catches that. Its columns have the types binary COPY writes (`Column.stage_type`). Its comment says whose it is and since when, so stages of writes whose driver died (kind
     `write`, older than `sweep_after_s`) are dropped here, by the next write into the same schema."""
-    extra = [sql.SQL("NULL::{} AS {}").format(sql.SQL(t), sql.Identifier(n))
-             for n, t in (DEAD_LETTER_COLUMNS if target.dead_letters else ())]
+    columns = [(c.name, c.stage_type) for c in target.columns]
+    columns += [*(DEAD_LETTER_COLUMNS if target.dead_letters else ()), ("_sf_write_id", "text")]
     with conn.cursor() as cur:
         sweep_orphans(cur, target.schema, sweep_after_s)
         staged = existing_columns(cur, target.schema, target.stage)
-        table = existing_columns(cur, target.schema, target.table)
-        if staged and any(staged.get(n) != table.get(n) for n in target.names):
-            # a stream's stage copied the table's column types when it was made; after an ALTER TABLE it is stale
+        if staged and [(n, normal_type(t)) for n, t in staged.items()] != [(n, normal_type(t)) for n, t in columns]:
+            # a stage made by an older version (it copied the table's types) is replaced
             cur.execute(sql.SQL("DROP TABLE {}").format(target.stage_ident))
-        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} AS SELECT {}, ''::text AS _sf_write_id "
-                            "FROM {} WITH NO DATA").format(
-            target.stage_ident, sql.SQL(", ").join([*map(sql.Identifier, target.names), *extra]), target.ident))
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(
+            target.stage_ident, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                                                   for n, t in columns)))
         cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(target.stage_ident, sql.Literal(json.dumps(
             {"streamfill_stage": kind, "target": f"{target.schema}.{target.table}", "created": time.time()}))))
     conn.commit()
 
 
 def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
-    """Drop staging tables of single writes (kind `write`) created more than `older_than_s` ago: their driver
-    died before it could drop them. A table another session still uses is left for the next sweep."""
+    """Drop staging tables of single writes and unattached partition tables (kind `write`) created more than
+    `older_than_s` ago: their driver died before it could drop them. A partition is never touched. A table another session still uses is left for the next sweep."""
     cur.execute("""
         SELECT c.relname::text, obj_description(c.oid, 'pg_class')
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE %s""", (schema, STAGE_PREFIX.replace("_", r"\_") + "%"))
+        WHERE n.nspname = %s AND c.relkind = 'r' AND NOT c.relispartition
+          AND (c.relname LIKE %s OR c.relname LIKE %s)""",
+                (schema, STAGE_PREFIX.replace("_", r"\_") + "%", PART_PREFIX.replace("_", r"\_") + "%"))
     dropped = []
     for name, comment in cur.fetchall():
         try:
@@ -283,6 +301,9 @@ def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
     duplicates in the batch, or a concurrent writer of the same keys) rolls back to the savepoint and the
     conflict-aware statement of the mode runs instead."""
     cols = sql.SQL(", ").join(map(sql.Identifier, target.names))
+    staged = sql.SQL(", ").join(
+        sql.SQL("CAST({0} AS {1}) AS {0}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
+        if normal_type(c.stage_type) != normal_type(c.pg_type) else sql.Identifier(c.name) for c in target.columns)
     key = sql.SQL(", ").join(map(sql.Identifier, target.key))
     valid = sql.SQL(" AND _error IS NULL" if target.dead_letters else "")
     source = sql.SQL("SELECT {distinct}{cols} FROM {s} WHERE _sf_write_id = ANY(%s){valid}{order}")
@@ -290,7 +311,7 @@ def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
     cur.execute("SAVEPOINT sf_move")
     try:
         cur.execute(sql.SQL("INSERT INTO {t} ({cols}) ").format(t=target.ident, cols=cols) + source.format(
-            distinct=sql.SQL(""), cols=cols, s=target.stage_ident, valid=valid, order=sql.SQL("")), params)
+            distinct=sql.SQL(""), cols=staged, s=target.stage_ident, valid=valid, order=sql.SQL("")), params)
         moved = cur.rowcount
         cur.execute("RELEASE SAVEPOINT sf_move")
         return moved
@@ -310,7 +331,7 @@ def move(cur, target: Target, write_ids: Sequence[str], mode: str) -> int:
     else:
         action, pick = sql.SQL("DO NOTHING"), (sql.SQL(""), sql.SQL(""))
     cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) ").format(t=target.ident, cols=cols) + source.format(
-        distinct=pick[0], cols=cols, s=target.stage_ident, valid=valid, order=pick[1])
+        distinct=pick[0], cols=staged, s=target.stage_ident, valid=valid, order=pick[1])
         + sql.SQL(" ON CONFLICT ({key}) {action}").format(key=key, action=action), params)
     return cur.rowcount
 

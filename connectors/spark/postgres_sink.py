@@ -12,15 +12,18 @@ After the commit a stream's stage is emptied and a single write's stage (a backf
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import psycopg2
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg2 import sql
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -44,7 +47,8 @@ from pyspark.sql.types import (
 )
 from sqlalchemy import Engine, make_url
 
-from connectors.postgres import copy, target
+from connectors.postgres import copy, partitions, target
+from connectors.postgres.partitions import Part
 from connectors.postgres.target import Column, Target
 from connectors.spark.tracking import mirror_to_group
 from offsets_db import exactly_once
@@ -58,6 +62,9 @@ from streamfill.pg import PgSettings, connect_args
 from streamfill.settings import default_db_url
 
 log = logging.getLogger("streamfill.postgres_sink")
+
+# below this many rows a task's own table (CREATE, index, ATTACH, a later merge) costs more than staging its rows
+ATTACH_MIN_ROWS = 10_000
 
 _SIMPLE: list[tuple[type[DataType], str]] = [
     (StringType, "text"), (BinaryType, "bytea"), (BooleanType, "boolean"), (ByteType, "smallint"),
@@ -87,8 +94,13 @@ def dsn(url: str) -> str:
 @dataclass
 class StagedWrite(WriterCommitMessage):
     write_id: str
-    rows: int
+    rows: int  # every row of the task attempt: staged, and in its parts
     offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # per partition: lowest, highest
+    parts: list[Part] = field(default_factory=list)  # tables of valid rows to attach (a partitioned target)
+
+    @property
+    def staged_rows(self) -> int:
+        return self.rows - sum(p.rows for p in self.parts)
 
 
 class PostgresSink(DataSource):
@@ -116,6 +128,7 @@ class SinkPlan:
     own_stage: bool  # a stage of this write alone (a df.write, or no job): dropped after its commit
     generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
+    attach_min_rows: int = ATTACH_MIN_ROWS  # a task with fewer rows stages them (a table each costs more)
 
 
 def prepare_table(options: dict, schema: StructType) -> None:
@@ -143,10 +156,19 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
                               f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
                               f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
     declared = _column_types(opts.get("columntypes"), schema.fieldNames())
-    columns = [Column(f.name, declared.get(f.name) or pg_type(f.name, f.dataType)) for f in schema.fields
-               if f.name not in staged_only]
+    columns = [Column(f.name, declared.get(f.name) or pg_type(f.name, f.dataType), pg_type(f.name, f.dataType))
+               for f in schema.fields if f.name not in staged_only]
     key = target.parse_key(opts.get("keycolumns"), [c.name for c in columns])
     evolve = _bool(opts, "evolveSchema")
+    raw_min = opts.get("attachminrows", str(ATTACH_MIN_ROWS))
+    if not str(raw_min).isdigit():
+        raise OptionError("attachMinRows", raw_min, "must be a whole number of rows, 0 or more",
+                          f"Leave it out (default {ATTACH_MIN_ROWS:,}) or give e.g. 50000")
+    attach_min_rows = int(raw_min)
+    publish = (opts.get("publish") or "attach").strip().lower()
+    if publish not in ("attach", "insert"):
+        raise OptionError("publish", opts.get("publish"), "is not a way to publish rows",
+                          "Use attach (a new table is partitioned and each task's rows are attached) or insert")
     generation = _generation(opts, job)
     if job is not None and generation is None and not streaming and stage:  # a write, not prepare_table's check
         raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
@@ -168,13 +190,15 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     try:
         if job is not None:
             _require_offsets_db(conn, url)
-        tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters, evolve)
+        tgt = target.prepare(conn, schema_name, table, columns, key, owner, dead_letters, evolve,
+                             partition=mode == "append-new" and publish == "attach")
         if stage:
             target.create_stage(conn, tgt, "write" if own_stage else "stream", PgSettings().stage_orphan_after_s)
     finally:
         conn.close()
     ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
-    return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged)
+    return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged,
+                    attach_min_rows=attach_min_rows)
 
 
 def _generation(opts: dict, job: str | None) -> int | None:
@@ -230,26 +254,98 @@ def _require_offsets_db(conn, url: str) -> None:
 
 
 def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
-    """One task attempt: COPY every batch into the staging table under a fresh write id."""
+    """One task attempt under a fresh write id: valid rows of one Kafka partition into a part of their own when
+    the target is partitioned (`partitions`), every other row into the staging table, each by one binary COPY."""
     write_id = uuid.uuid4().hex
-    rows = 0
-    names = plan.target.staged_names
+    seen = {"rows": 0}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
-    conn = psycopg2.connect(dsn(plan.url), **connect_args(copy.STAGING_OPTIONS))
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            seen["rows"] += batch.num_rows
+            if plan.ranged and batch.num_rows:
+                _widen(offsets, batch)
+            yield batch
+
+    conn = psycopg2.connect(dsn(plan.url), **connect_args())
     try:
         with conn.cursor() as cur:
-            statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
-                plan.target.stage_ident, sql.SQL(", ").join(map(sql.Identifier, [*names, "_sf_write_id"])))
-            for batch in batches:
-                if batch.num_rows:
-                    cur.copy_expert(statement, _Reader(copy.encode(batch, names, write_id)))
-                    rows += batch.num_rows
-                    if plan.ranged:
-                        _widen(offsets, batch)
+            head: list[pa.RecordBatch] = []
+            rows = counted()
+            if plan.target.partitioned and plan.ranged:
+                for batch in rows:  # a few rows are staged: a table of their own would cost more than them
+                    head.append(batch)
+                    if sum(b.num_rows for b in head) >= plan.attach_min_rows:
+                        break
+            if plan.target.partitioned and plan.ranged and sum(b.num_rows for b in head) >= plan.attach_min_rows:
+                rest: list[pa.RecordBatch] = []
+                parts = _copy_part(cur, plan, write_id, itertools.chain(head, rows), rest)
+                _copy_stage(cur, plan, write_id, iter(rest))
+            else:
+                parts = []
+                _copy_stage(cur, plan, write_id, itertools.chain(head, rows))
         conn.commit()
     finally:
         conn.close()
-    return StagedWrite(write_id, rows, offsets)
+    return StagedWrite(write_id, seen["rows"], offsets, parts)
+
+
+def _copy_stage(cur, plan: SinkPlan, write_id: str, batches: Iterator[pa.RecordBatch]) -> None:
+    names = plan.target.staged_names
+    chunks = copy.encode(batches, names, write_id)
+    first = next(chunks, None)
+    if first is not None:
+        cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)").format(
+            plan.target.stage_ident, sql.SQL(", ").join(map(sql.Identifier, [*names, copy.WRITE_ID]))),
+            copy.CopySource(itertools.chain([first], chunks)))
+
+
+def _copy_part(cur, plan: SinkPlan, write_id: str, batches: Iterator[pa.RecordBatch],
+               rest: list[pa.RecordBatch]) -> list[Part]:
+    """Valid rows of the first Kafka partition seen into a new part, sealed for ATTACH; dead letters and rows of
+    other partitions are kept in `rest` for the stage (a task reads one Kafka partition, so rest is small)."""
+    tgt = plan.target
+    seen: dict[str, object] = {"tp": None, "low": None, "high": None, "rows": 0}
+
+    def mine() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            keep = pc.is_valid(batch.column("topic")) if not tgt.dead_letters else pc.and_(
+                pc.is_null(batch.column("_error")), pc.is_valid(batch.column("topic")))
+            keep = pc.and_(keep, pc.is_valid(batch.column("partition")))
+            keep = pc.and_(keep, pc.is_valid(batch.column("offset")))
+            if seen["tp"] is None:
+                first = batch.filter(keep)
+                if first.num_rows:
+                    seen["tp"] = (first.column("topic")[0].as_py(), first.column("partition")[0].as_py())
+            if seen["tp"] is not None:
+                topic, partition = seen["tp"]
+                keep = pc.and_(keep, pc.and_(pc.equal(batch.column("topic"), topic),
+                                             pc.equal(batch.column("partition"), partition)))
+            keep = pc.fill_null(keep, False)
+            ours, others = batch.filter(keep), batch.filter(pc.invert(keep))
+            if others.num_rows:
+                rest.append(others)
+            if ours.num_rows:
+                low, high = pc.min_max(ours.column("offset")).values()
+                seen["low"] = low.as_py() if seen["low"] is None else min(seen["low"], low.as_py())
+                seen["high"] = high.as_py() if seen["high"] is None else max(seen["high"], high.as_py())
+                seen["rows"] += ours.num_rows
+                yield ours
+
+    chunks = copy.encode(mine(), tgt.names, None)
+    first = next(chunks, None)
+    if first is None:
+        return []
+    name = partitions.part_name(tgt.table, write_id)
+    partitions.create_part(cur, tgt.schema, tgt.table, name)
+    cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)").format(
+        sql.Identifier(tgt.schema, name), sql.SQL(", ").join(map(sql.Identifier, tgt.names))),
+        copy.CopySource(itertools.chain([first], chunks)))
+    topic, partition = seen["tp"]
+    return [partitions.seal_part(cur, tgt.schema, Part(name, topic, partition, seen["low"], seen["high"] + 1,
+                                                       seen["rows"]))]
 
 
 def _widen(offsets: dict[tuple[str, int], tuple[int, int]], batch: pa.RecordBatch) -> None:
@@ -261,21 +357,6 @@ def _widen(offsets: dict[tuple[str, int], tuple[int, int]], batch: pa.RecordBatc
             continue
         was = offsets.get((t, p))
         offsets[(t, p)] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
-
-
-class _Reader:
-    """A file-like over bytes for copy_expert, without a second copy of the buffer."""
-
-    def __init__(self, data: bytes) -> None:
-        self._view, self._pos = memoryview(data), 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else self._pos + size
-        chunk = self._view[self._pos:end].tobytes()
-        self._pos += len(chunk)
-        return chunk
-
-    readline = read
 
 
 def _write_ids(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
@@ -318,20 +399,26 @@ class _Staged:
         return merged
 
     def move(self, cur) -> int:
-        """Every staged row must still be there: an UNLOGGED stage is emptied by a PostgreSQL crash."""
-        expected = sum(w.rows for w in self.writes)
+        """Every staged row must still be there (an UNLOGGED stage is emptied by a PostgreSQL crash); then the
+        staged rows move and each part is attached (or inserted when it cannot be)."""
+        expected = sum(w.staged_rows for w in self.writes)
         found = target.count_staged(cur, self.plan.target, self.write_ids)
         if found != expected:
             raise SinkError(f"{self.plan.target.schema}.{self.plan.target.table}: {found:,} staged rows found where "
                             f"the tasks staged {expected:,} (PostgreSQL restarted after a crash since they wrote, "
                             "which empties the UNLOGGED staging table). Nothing is committed; the batch fails and "
                             "Spark replays it")
-        return target.move(cur, self.plan.target, self.write_ids, self.plan.mode)
+        tgt = self.plan.target
+        moved = target.move(cur, tgt, self.write_ids, self.plan.mode) if expected else 0
+        for part in (p for w in self.writes for p in w.parts):
+            moved += partitions.publish(cur, tgt.schema, tgt.table, tgt.names, part)
+        return moved
 
 
-def _cleanup(plan: SinkPlan) -> None:
+def _cleanup(plan: SinkPlan, writes: Sequence[StagedWrite]) -> None:
     """After the commit: empty a stream's stage (rows of failed task attempts included) or drop a single
-    write's. Never blocks for long behind a straggling task's COPY: the next commit or sweep does it then."""
+    write's, and drop the parts that were inserted rather than attached (or not used: a replay). Never blocks
+    for long behind a straggling task's COPY: the next commit or sweep does it then."""
     try:
         conn = psycopg2.connect(dsn(plan.url), **connect_args())
     except psycopg2.OperationalError as exc:
@@ -344,12 +431,43 @@ def _cleanup(plan: SinkPlan) -> None:
                 target.drop_stage(cur, plan.target)
             else:
                 target.discard(cur, plan.target)
+            partitions.drop_unattached(cur, plan.target.schema, [p.table for w in writes for p in w.parts])
         conn.commit()
+        if plan.target.partitioned:
+            _merge_later(plan)
     except psycopg2.Error as exc:
         log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.target.stage,
                     str(exc).strip())
     finally:
         conn.close()
+
+
+_merging: dict[tuple[str, str, str], threading.Thread] = {}
+
+
+def _merge_later(plan: SinkPlan) -> None:
+    """Merge the target's small partitions in a thread of the driver, off the commit's path; one at a time per
+    target. A merge cut short leaves an unattached table the sweep drops."""
+    key = (plan.url, plan.target.schema, plan.target.table)
+    running = _merging.get(key)
+    if running is not None and running.is_alive():
+        return
+
+    def merge() -> None:
+        try:
+            conn = psycopg2.connect(dsn(plan.url), **connect_args())
+            try:
+                merged = partitions.merge_small(conn, plan.target.schema, plan.target.table)
+                if merged:
+                    log.info("%s.%s: %d small partitions merged", plan.target.schema, plan.target.table, merged)
+            finally:
+                conn.close()
+        except psycopg2.Error as exc:
+            log.warning("%s.%s: merging partitions put off (%s)", plan.target.schema, plan.target.table,
+                        str(exc).strip())
+
+    _merging[key] = threading.Thread(target=merge, name=f"streamfill-merge-{plan.target.table}", daemon=True)
+    _merging[key].start()
 
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
@@ -358,7 +476,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
     ids = [w.write_id for w in writes]
     done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, writes),
                                      spark_batch_id=spark_batch_id, generation=plan.generation)
-    _cleanup(plan)
+    _cleanup(plan, writes)
     if not done.replay:
         log.info("%s.%s: %d rows and %d dead letters from %d writes committed", plan.target.schema,
                  plan.target.table, done.rows, done.dead_letters, len(ids))
@@ -380,6 +498,8 @@ def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> No
                 target.drop_stage(cur, plan.target)
             else:
                 target.discard(cur, plan.target, _write_ids(messages))
+            partitions.drop_unattached(cur, plan.target.schema, [p.table for m in messages
+                                                                 if isinstance(m, StagedWrite) for p in m.parts])
         conn.commit()
     finally:
         conn.close()

@@ -3,7 +3,10 @@
 python stream_driver.py TOPIC JOB TABLE CHECKPOINT [MAX_OFFSETS_PER_TRIGGER]
 DRIVER_SOURCE_OPTIONS (JSON) adds source options, e.g. {"failOnDataLoss": "false"}.
 Runs with Trigger.AvailableNow and exits 0 when everything available has been written. Each row gets a random
-`row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it).
+`row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it): the rows
+are published by the staging table's insert. With DRIVER_DEFAULT_KEY=1 the table keeps the default key
+(topic, partition, offset), so the sink partitions it and publishes each task's rows by attaching them (every
+task's, however few: attachMinRows 0).
 """
 
 from __future__ import annotations
@@ -26,14 +29,15 @@ def main(topic: str, job: str, table: str, checkpoint: str, max_per_trigger: str
                                                       "spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    query = (spark.readStream.format("streamfill_kafka")
-             .option("kafka.bootstrap.servers", settings.bootstrap_servers)
-             .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job)
-             .options(**json.loads(os.environ.get("DRIVER_SOURCE_OPTIONS", "{}"))).load()
-             .withColumn("row_id", expr("uuid()"))
-             .writeStream.format("streamfill_postgres").option("table", table).option("job", job)
-             .option("keyColumns", "row_id")
+    df = (spark.readStream.format("streamfill_kafka")
+          .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job)
+          .options(**json.loads(os.environ.get("DRIVER_SOURCE_OPTIONS", "{}"))).load())
+    key = {"attachMinRows": "0"} if os.environ.get("DRIVER_DEFAULT_KEY") == "1" else {"keyColumns": "row_id"}
+    if "keyColumns" in key:
+        df = df.withColumn("row_id", expr("uuid()"))
+    query = (df.writeStream.format("streamfill_postgres").option("table", table).option("job", job).options(**key)
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     spark.stop()

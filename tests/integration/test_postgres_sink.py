@@ -243,3 +243,45 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
         stages = {r[0] for r in c.execute(text("SELECT tablename FROM pg_tables WHERE tablename LIKE :p"),
                                           {"p": f"_sf_stage_{table}%"}).all()}
     assert stages == {stream.stage, fresh.stage}, "the orphan is dropped; the stream's and the new one stay"
+
+
+def test_a_new_table_is_partitioned_and_each_tasks_rows_are_attached_overlaps_are_inserted_once(spark, bootstrap,
+                                                                                               topic_name, db):
+    from connectors.postgres import partitions
+    from connectors.spark.postgres_sink import dsn
+
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [{"value": b"v%d" % i, "partition": i % 2} for i in range(400)])
+    table = f"{topic_name}_parts"
+    for n, (frm, to) in enumerate([('{"%s": {"0": 0, "1": 0}}', '{"%s": {"0": 100, "1": 100}}'),
+                                   ('{"%s": {"0": 100, "1": 100}}', '{"%s": {"0": 200, "1": 200}}')]):
+        job = f"{topic_name}-p{n}"
+        with hold_job(job) as generation:
+            df = kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation,
+                          startingOffsets=frm % topic_name, endingOffsets=to % topic_name)
+            write(df.select("topic", "partition", "offset", "value"), table, job=job, jobGeneration=generation,
+                  attachMinRows="0")
+    assert scalar(db, "SELECT relkind FROM pg_class WHERE relname = :t", t=table) == "p"
+    kids = scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"')
+    assert kids == 5, "four attached task tables (two partitions, two writes) and the default partition"
+    # a third job reads everything again: its ranges overlap, so its rows are inserted, each once
+    job = f"{topic_name}-all"
+    with hold_job(job) as generation:
+        write(kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation)
+              .select("topic", "partition", "offset", "value"), table, job=job, jobGeneration=generation,
+              attachMinRows="0")
+    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 400
+    assert scalar(db, f'SELECT count(DISTINCT (partition, "offset")) FROM "{table}"') == 400
+    assert scalar(db, "SELECT count(*) FROM pg_class c WHERE relname LIKE '\\_sf\\_part\\_%' AND NOT relispartition "
+                      "AND relname LIKE :p", p=f"_sf_part_{table[:24]}%") == 0, "no unattached task table is left"
+    import psycopg2
+
+    conn = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
+    try:
+        assert partitions.merge_small(conn, "public", table, when=2) == 4
+    finally:
+        conn.close()
+    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 3
+    assert scalar(db, f'SELECT count(DISTINCT (partition, "offset")) FROM "{table}"') == 400
+    assert scalar(db, f'SELECT string_agg(convert_from(value, \'UTF8\'), \',\' ORDER BY "offset") FROM "{table}" '
+                      'WHERE partition = 0 AND "offset" < 3') == "v0,v2,v4"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
+import struct
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -13,7 +12,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from app.commands.offsets import parse_since
 from connectors.kafka.options import parse as parse_source
-from connectors.postgres import copy, target
+from connectors.postgres import copy, partitions, target
 from connectors.spark import kafka_sink
 from streamfill.errors import CheckpointMismatch, OptionError
 from streamfill.names import parse_table
@@ -76,7 +75,26 @@ def test_a_column_that_would_refuse_or_round_some_values_does_not_hold_them(exis
     assert not target.holds(existing, written)
 
 
-def test_copy_encoding_round_trips_through_csv():
+def _tuples(data: bytes) -> list[list[bytes | None]]:
+    """COPY binary format: header, then per row a field count and length-prefixed fields, then -1."""
+    assert data.startswith(b"PGCOPY\n\xff\r\n\x00")
+    pos, rows = 19, []
+    while True:
+        (n,) = struct.unpack_from("!h", data, pos)
+        pos += 2
+        if n == -1:
+            assert pos == len(data), "nothing after the trailer"
+            return rows
+        row = []
+        for _ in range(n):
+            (size,) = struct.unpack_from("!i", data, pos)
+            pos += 4
+            row.append(None if size == -1 else data[pos:pos + size])
+            pos += max(size, 0)
+        rows.append(row)
+
+
+def test_copy_encoding_is_binary_copy_with_nested_values_as_jsonb_and_no_empty_chunk():
     batch = pa.record_batch({
         "b": pa.array([b"\x00,\n\"", None], pa.binary()),
         "s": pa.array(['a,"b"\nc', ""]),
@@ -84,11 +102,14 @@ def test_copy_encoding_round_trips_through_csv():
         "h": pa.array([[{"key": "k", "value": b"\x01"}], None],
                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
     })
-    rows = list(csv.reader(io.StringIO(copy.encode(batch, ["b", "s", "n", "h"], "w1").decode())))
-    assert rows[0] == ["\\x002c0a22", 'a,"b"\nc', "1", '[{"key": "k", "value": "01"}]', "w1"]
-    assert rows[1] == ["", "", "", "", "w1"]  # csv.reader cannot tell NULL from "", Postgres can (quoting)
-    raw = copy.encode(batch.slice(1), ["s", "n"], "w1").decode()
-    assert raw == '"",,"w1"\n', "empty string quoted, NULL bare"
+    empty = batch.slice(0, 0)
+    chunks = list(copy.encode([empty, batch, empty, batch.slice(1)], ["b", "s", "n", "h"], "w1"))
+    assert all(chunks), "copy_expert takes an empty read for the end of the input"
+    rows = _tuples(b"".join(chunks))
+    assert rows[0] == [b"\x00,\n\"", b'a,"b"\nc', struct.pack("!q", 1), b'\x01[{"key": "k", "value": "01"}]', b"w1"]
+    assert rows[1] == rows[2] == [None, b"", None, None, b"w1"], "NULL and the empty string stay apart"
+    assert _tuples(b"".join(copy.encode([batch], ["n"], None))) == [[struct.pack("!q", 1)], [None]]
+    assert list(copy.encode([empty], ["n"], "w1")) == [], "no rows, no COPY"
 
 
 def test_checkpoint_mismatch_names_both_positions_and_the_ways_out():
@@ -122,3 +143,20 @@ def test_since_takes_ages_and_iso_times():
     assert parse_since(None, now) is None
     with pytest.raises(typer.BadParameter, match="neither an ISO-8601 time nor an age"):
         parse_since("yesterday", now)
+
+
+def test_partition_bounds_are_read_back_with_quotes_in_topic_names():
+    assert partitions._bounds("FOR VALUES FROM ('it''s', 3, '10') TO ('it''s', 3, '20')") == (
+        ["it's", "3", "10"], ["it's", "3", "20"])
+
+
+def test_small_adjacent_partitions_of_one_kafka_partition_are_merged_in_runs():
+    def part(p: int, low: int, rows: int):
+        return (f"p{p}_{low}", "t", p, low, low + 10, rows)
+
+    parts = [part(0, i * 10, 5) for i in range(3)] + [part(0, 30, 10_000_000)] + [part(0, 40 + i * 10, 5)
+                                                                                  for i in range(9)]
+    parts += [part(1, i * 10, 5) for i in range(7)]
+    runs = partitions._runs(parts, below_rows=1000, when=8)
+    assert [[p[0] for p in r] for r in runs] == [[f"p0_{40 + i * 10}" for i in range(9)]], \
+        "a large partition breaks a run; fewer than 8 small ones wait"
