@@ -66,11 +66,6 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
     try:
         while next_offset < r.end:
             msgs = consumer.consume(num_messages=min(batch_size, r.end - next_offset), timeout=0.5)
-            if _contiguous(msgs, next_offset, r.end):  # the common case, checked without a loop in Python
-                next_offset += len(msgs)
-                last_progress = time.monotonic()
-                yield _to_arrow(msgs, include_headers, contiguous=True)
-                continue
             rows = []
             for m in msgs:
                 err = m.error()
@@ -149,29 +144,25 @@ def _after_loss(consumer: Consumer, r: OffsetRange, expected: int, kafka: Mappin
     return resume
 
 
-def _contiguous(msgs: list, start: int, end: int) -> bool:
-    """Records start..start+n-1, all below end, none an error: nothing to skip, no gap, no loss."""
-    if not msgs or msgs[0].offset() != start or msgs[-1].offset() != start + len(msgs) - 1 \
-            or msgs[-1].offset() >= end:
-        return False
-    return not any([m.error() for m in msgs])
-
-
-def _to_arrow(msgs: list, include_headers: bool, contiguous: bool = False) -> pa.RecordBatch:
-    """Comprehensions, one per column (the per-record cost of the read); offsets from the first when contiguous."""
+def _to_arrow(msgs: list, include_headers: bool) -> pa.RecordBatch:
     n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
+    keys, values, offsets, ts, ts_types = [], [], [], [], []
+    for m in msgs:
+        keys.append(m.key())
+        values.append(m.value())
+        offsets.append(m.offset())
+        t_type, t_ms = m.timestamp()
+        ts.append(t_ms * 1000 if t_type else None)
+        ts_types.append(t_type - 1)
     first = msgs[0]
-    offsets = pa.array(range(first.offset(), first.offset() + n), pa.int64()) if contiguous \
-        else pa.array([m.offset() for m in msgs], pa.int64())
     columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
         pa.array([first.topic()] * n, pa.string()),
         pa.array([first.partition()] * n, pa.int32()),
-        offsets,
-        pa.array([t_ms * 1000 if t_type else None for t_type, t_ms in stamps], pa.timestamp("us", tz="UTC")),
-        pa.array([t_type - 1 for t_type, _ in stamps], pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(ts, pa.timestamp("us", tz="UTC")),
+        pa.array(ts_types, pa.int32()),
     ]
     if include_headers:
         columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
