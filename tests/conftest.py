@@ -67,9 +67,10 @@ def spark(stack_settings: Settings):
 
 @pytest.fixture(scope="session")
 def db(stack_settings: Settings):
-    """An engine on the stack's offsets_db, for assertions in SQL."""
+    """An engine on the stack's offsets_db, for assertions in SQL. Pre-pinged: a test that crashes PostgreSQL
+    (test_stack, test_faults) leaves dead connections in the pool for the tests after it."""
     from sqlalchemy import create_engine
 
-    engine = create_engine(stack_settings.offsets_db_url)
+    engine = create_engine(stack_settings.offsets_db_url, pool_pre_ping=True)
     yield engine
     engine.dispose()

@@ -51,7 +51,7 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
     engine.dispose()
     assert {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
             "quality_results"} <= tables
-    assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history"}
+    assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"}
 
 
 def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
