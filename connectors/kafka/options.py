@@ -26,7 +26,6 @@ from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.names import validate_job_name
 from streamfill.partitions import TopicPartition
-from streamfill.settings import default_db_url
 
 # Spark manages these itself; so do we.
 FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
@@ -100,7 +99,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
         job=_job(opts),
         commit_to_group=_commit_to_group(opts),
-        offsets_db_url=opts.get("offsetsdburl") or (default_db_url() if "job" in opts else ""),
+        offsets_db_url=opts.get("offsetsdburl") or (_default_db_url() if "job" in opts else ""),
         job_generation=_bounded_generation(opts, streaming),
         wait_for_job_ms=_needs_job(opts, "waitForJob", _wait_ms(opts.get("waitforjob"))) or 0,
     )
@@ -245,3 +244,11 @@ def _duration_ms(raw: str) -> int:
     if ms is None:
         raise OptionError("maxTriggerDelay", raw, "is not a duration", "Use e.g. 500ms, 30s, 15m or 1h")
     return ms
+
+
+def _default_db_url() -> str:
+    """The stack's offsets_db. Imported here, not at the top: Spark's read tasks import this module, and the
+    settings' import (pydantic-settings) would cost every cold Python worker most of a second."""
+    from streamfill.settings import default_db_url
+
+    return default_db_url()

@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg2
 import pyarrow as pa
@@ -45,21 +46,20 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
-from sqlalchemy import Engine, make_url
 
 from connectors.postgres import copy, partitions, target
 from connectors.postgres.partitions import Part
 from connectors.postgres.target import Column, Target
-from connectors.spark.tracking import mirror_to_group
-from offsets_db import exactly_once
-from offsets_db.engine import make_engine
-from offsets_db.exactly_once import StagedDeadLetters
 from streamfill import failpoints
 from streamfill.errors import OptionError, SinkError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.partitions import TopicPartition
-from streamfill.pg import PgSettings, connect_args
-from streamfill.settings import default_db_url
+
+if TYPE_CHECKING:  # the driver's and the commit's side (SQLAlchemy, offsets_db) is imported where it runs, so a
+    # task's cold Python worker loads only what a task uses: psycopg2, pyarrow, pgpq
+    from sqlalchemy import Engine
+
+    from offsets_db.exactly_once import StagedDeadLetters
 
 log = logging.getLogger("streamfill.postgres_sink")
 
@@ -88,6 +88,8 @@ def pg_type(name: str, t: DataType) -> str:
 
 def dsn(url: str) -> str:
     """libpq's form of a SQLAlchemy URL."""
+    from sqlalchemy import make_url
+
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -129,6 +131,15 @@ class SinkPlan:
     generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
     attach_min_rows: int = ATTACH_MIN_ROWS  # a task with fewer rows stages them (a table each costs more)
+    conninfo: str = ""  # libpq's form of url, and the connection's keywords: made once on the driver
+    connect_kw: tuple[tuple[str, object], ...] = ()
+
+    def connect(self):
+        if not self.conninfo:  # a plan made by hand (benchmarks): the driver's way
+            from streamfill.pg import connect_args
+
+            return psycopg2.connect(dsn(self.url), **connect_args())
+        return psycopg2.connect(self.conninfo, **dict(self.connect_kw))
 
 
 def prepare_table(options: dict, schema: StructType) -> None:
@@ -178,6 +189,11 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     if job is None and streaming:
         raise OptionError("job", None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
                           "with the job's offsets)", "Give the source and the sink the same .option('job', NAME)")
+    from sqlalchemy import make_url
+
+    from streamfill.pg import PgSettings, connect_args
+    from streamfill.settings import default_db_url
+
     url = opts.get("url") or default_db_url()
     own_stage = job is None or not streaming
     owner = f"{job or 'write'}-{uuid.uuid4().hex}" if own_stage else job
@@ -198,7 +214,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         conn.close()
     ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
     return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged,
-                    attach_min_rows=attach_min_rows)
+                    attach_min_rows=attach_min_rows, conninfo=dsn(url), connect_kw=tuple(connect_args().items()))
 
 
 def _generation(opts: dict, job: str | None) -> int | None:
@@ -247,6 +263,10 @@ def _bool(opts: dict, name: str) -> bool:
 
 
 def _require_offsets_db(conn, url: str) -> None:
+    from sqlalchemy import make_url
+
+    from offsets_db import exactly_once
+
     if not exactly_once.installed(conn):
         raise SinkError(f"the database at {make_url(url).render_as_string()} has no offsets_db tables, and a "
                         "job's offsets commit in the same transaction as its rows. Run `streamfill db "
@@ -267,7 +287,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                 _widen(offsets, batch)
             yield batch
 
-    conn = psycopg2.connect(dsn(plan.url), **connect_args())
+    conn = plan.connect()
     try:
         with conn.cursor() as cur:
             head: list[pa.RecordBatch] = []
@@ -368,6 +388,8 @@ _engines: dict[str, Engine] = {}
 
 def _engine(url: str) -> Engine:
     """One pool per database in this Python process: a micro-batch commit should not pay for a new connection."""
+    from offsets_db.engine import make_engine
+
     if url not in _engines:
         _engines[url] = make_engine(url, pool_size=1)
     return _engines[url]
@@ -386,6 +408,8 @@ class _Staged:
 
     @property
     def dead_letters(self) -> StagedDeadLetters | None:
+        from offsets_db.exactly_once import StagedDeadLetters
+
         return StagedDeadLetters(self.plan.target.stage_ident, self.write_ids) if self.plan.target.dead_letters \
             else None
 
@@ -420,7 +444,7 @@ def _cleanup(plan: SinkPlan, writes: Sequence[StagedWrite]) -> None:
     write's, and drop the parts that were inserted rather than attached (or not used: a replay). Never blocks
     for long behind a straggling task's COPY: the next commit or sweep does it then."""
     try:
-        conn = psycopg2.connect(dsn(plan.url), **connect_args())
+        conn = plan.connect()
     except psycopg2.OperationalError as exc:
         log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.target.stage, exc)
         return
@@ -455,7 +479,7 @@ def _merge_later(plan: SinkPlan) -> None:
 
     def merge() -> None:
         try:
-            conn = psycopg2.connect(dsn(plan.url), **connect_args())
+            conn = plan.connect()
             try:
                 merged = partitions.merge_small(conn, plan.target.schema, plan.target.table)
                 if merged:
@@ -471,6 +495,9 @@ def _merge_later(plan: SinkPlan) -> None:
 
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
+    from connectors.spark.tracking import mirror_to_group
+    from offsets_db import exactly_once
+
     failpoints.hit("sink.staged")
     writes = [m for m in messages if isinstance(m, StagedWrite)]
     ids = [w.write_id for w in writes]
@@ -488,7 +515,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
 def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Best effort: staged rows never reach the target without a commit, and the next commit clears them."""
     try:
-        conn = psycopg2.connect(dsn(plan.url), **connect_args())
+        conn = plan.connect()
     except psycopg2.OperationalError as exc:
         log.warning("abort could not reach PostgreSQL (%s); staged rows stay until the next commit", exc)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -29,11 +30,12 @@ from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
 from connectors.kafka.options import SourceOptions
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
-from connectors.spark import kafka_sink
-from connectors.spark.tracking import JobTracker, job_config
 from streamfill import failpoints
 from streamfill.errors import DataLossError
 from streamfill.partitions import from_json_shape, to_json_shape
+
+if TYPE_CHECKING:
+    from connectors.spark.tracking import JobTracker
 
 log = logging.getLogger("streamfill.source")
 
@@ -50,8 +52,14 @@ class RangePartition(InputPartition):
 
 
 def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
-    return None if opts.job is None else JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts),
-                                                    generation=opts.job_generation, wait_ms=opts.wait_for_job_ms)
+    """The job's recorder in offsets_db, on the driver. Its module (SQLAlchemy, the exactly-once protocol) is
+    imported here and not at the top, so the read tasks' cold Python workers do not load it."""
+    if opts.job is None:
+        return None
+    from connectors.spark.tracking import JobTracker, job_config
+
+    return JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts), generation=opts.job_generation,
+                      wait_ms=opts.wait_for_job_ms)
 
 
 def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Plan:
@@ -90,9 +98,13 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(source_options.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from connectors.spark import kafka_sink  # only a write loads the producer side
+
         return kafka_sink.KafkaBatchWriter(kafka_sink.parse(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from connectors.spark import kafka_sink
+
         return kafka_sink.KafkaStreamWriter(kafka_sink.parse(self.options, schema))
 
 

@@ -49,9 +49,12 @@ def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(brows
     buttons = [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"]
     buttons[-1].click()  # the dialog's own Trigger, below the form
 
-    run_id = wait_for(lambda: (api.call("GET", "/api/v2/dags/streamfill_replay/dagRuns?order_by=-start_date"
-                                               "&limit=1")["dag_runs"] or [None])[0], what="the new run")
-    assert run_id["conf"]["table"] == table, run_id["conf"]
+    def triggered():  # the run this form made: its conf names the test's table (other runs may be queued)
+        runs = api.call("GET", "/api/v2/dags/streamfill_replay/dagRuns?order_by=-run_after&limit=20")["dag_runs"]
+        return next((r for r in runs if (r.get("conf") or {}).get("table") == table), None)
+
+    run_id = wait_for(triggered, what=f"the new run with table {table}")
+    assert run_id["conf"]["from"] == json.dumps({str(p): o for p, o in before.items()}), run_id["conf"]
     assert api.wait("streamfill_replay", run_id["dag_run_id"], timeout=900) == "success"
 
     # and the UI shows it: the run's page lists it as success

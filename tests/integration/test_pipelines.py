@@ -36,9 +36,25 @@ def query(db, sql: str, **params) -> list[tuple]:
 
 
 def cli(*args: str, jobs: str) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"}, timeout=600)
-    return done.returncode, done.stdout + done.stderr
+    return cli_together([args], jobs=jobs)[0]
+
+
+def cli_together(launches: list[tuple[str, ...]], jobs: str) -> list[tuple[int, str]]:
+    """Several `streamfill` launches of different jobs at once (each is mostly a Spark start's wait), their exit
+    codes and output in the order given."""
+    procs = [subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
+             for args in launches]
+    out = []
+    for proc in procs:
+        try:
+            text_out, _ = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        out.append((proc.returncode, text_out))
+    return out
 
 
 def payment(i: int) -> dict:
@@ -154,11 +170,21 @@ def world(stack_settings, bootstrap, tmp_path_factory):
     blobs = [{"key": f"k{i}".encode(), "value": bytes([i, 0, 255]), "headers": [("h", f"v{i}".encode())]}
              for i in range(20)]
     produce(bootstrap, names["blobs"], blobs)
-    runs = {}
-    for key, name in names.items():
-        runs[key] = cli("stream", "--job", name, "--trigger", "available-now", "--max-offsets-per-trigger", "100",
-                        "--checkpoint", str(folder / f"ckpt-{name}"), jobs=str(jobs))
+    done = cli_together([("stream", "--job", name, "--trigger", "available-now", "--max-offsets-per-trigger", "100",
+                          "--checkpoint", str(folder / f"ckpt-{name}")) for name in names.values()], jobs=str(jobs))
+    runs = dict(zip(names, done))
     return {"names": names, "jobs": str(jobs), "folder": folder, "expected_dead": expected_dead, "runs": runs}
+
+
+@pytest.fixture(scope="module")
+def backfills(world):
+    """After the streams: a backfill of each entry into a table of its own, and of the upsert entry's older
+    range into its table, launched together."""
+    names = world["names"]
+    launches = {key: ("backfill", "--job", names[key], "--from", "earliest", "--to", "latest", "--table",
+                      f"{names[key]}_again") for key in ("payments", "clicks", "blobs")}
+    launches["accounts"] = ("backfill", "--job", names["accounts"], "--from", "earliest", "--to", '{"0": 10, "1": 10}')
+    return dict(zip(launches, cli_together(list(launches.values()), jobs=world["jobs"])))
 
 
 def dead_letters(db, job: str) -> dict[bytes, str]:
@@ -207,32 +233,30 @@ def test_a_json_pipeline_types_nested_columns_and_dead_letters_each_rule_by_name
     assert types["tags"] == types["customer"] == types["meta"] == "jsonb" and types["attempts"] == "integer"
 
 
-def test_a_backfill_of_the_entry_gives_the_same_rows_and_dead_letters(world, db):
+def test_a_backfill_of_the_entry_gives_the_same_rows_and_dead_letters(world, backfills, db):
     name = world["names"]["payments"]
-    code, out = cli("backfill", "--job", name, "--from", "earliest", "--to", "latest", "--table",
-                    f"{name}_again", jobs=world["jobs"])
+    code, out = backfills["payments"]
     assert code == 0, out[-3000:]
     assert table_rows(db, f"{name}_again", PAYMENT_COLUMNS) == table_rows(db, name, PAYMENT_COLUMNS)
     backfill_job = query(db, "SELECT name FROM jobs WHERE name LIKE :j", j=f"{name}.backfill.%")[0][0]
     assert dead_letters(db, backfill_job) == dead_letters(db, name)
 
 
-def test_an_upsert_pipeline_keeps_the_latest_version_of_each_key(world, db):
+def test_an_upsert_pipeline_keeps_the_latest_version_of_each_key(world, backfills, db):
     name = world["names"]["accounts"]
     code, out = world["runs"]["accounts"]
     assert code == 0, out[-3000:]
     rows = query(db, f'SELECT account_id, balance, version FROM "{name}" ORDER BY account_id')
     assert sorted(rows) == sorted((f"a{a}", Decimal(f"{a * 10 + 3}.50"), 3) for a in range(20))
     # a replayed older range never overwrites a newer version
-    code, out = cli("backfill", "--job", name, "--from", "earliest", "--to", '{"0": 10, "1": 10}',
-                    jobs=world["jobs"])
+    code, out = backfills["accounts"]
     assert code == 0, out[-3000:]
     assert query(db, f'SELECT count(*), min(version) FROM "{name}"') == [(20, 3)]
     code, out = cli("quality", "--job", name, jobs=world["jobs"])
     assert code == 0 and "FAIL" not in out, out[-3000:]
 
 
-def test_an_avro_pipeline_decodes_the_schema_file_and_dead_letters_what_does_not_decode(world, db):
+def test_an_avro_pipeline_decodes_the_schema_file_and_dead_letters_what_does_not_decode(world, backfills, db):
     name = world["names"]["clicks"]
     code, out = world["runs"]["clicks"]
     assert code == 0, out[-3000:]
@@ -240,21 +264,19 @@ def test_an_avro_pipeline_decodes_the_schema_file_and_dead_letters_what_does_not
     assert rows == [(f"/p/{i}", i * 1000, Decimal(f"{i}.99"), None if i % 2 else "curl") for i in range(50)]
     dead = dead_letters(db, name)
     assert list(dead) == [b"\x07not avro"] and next(iter(dead.values())).startswith("value is not Avro")
-    code, out = cli("backfill", "--job", name, "--from", "earliest", "--to", "latest", "--table", f"{name}_again",
-                    jobs=world["jobs"])
+    code, out = backfills["clicks"]
     assert code == 0, out[-3000:]
     assert sorted(query(db, f'SELECT url, ms, price, agent FROM "{name}_again"'), key=lambda r: r[1]) == rows
 
 
-def test_a_raw_pipeline_keeps_key_value_and_headers(world, db):
+def test_a_raw_pipeline_keeps_key_value_and_headers(world, backfills, db):
     name = world["names"]["blobs"]
     code, out = world["runs"]["blobs"]
     assert code == 0, out[-3000:]
     rows = query(db, f'SELECT key, value, headers FROM "{name}" ORDER BY "offset"')
     assert [(bytes(k), bytes(v)) for k, v, _ in rows] == [(f"k{i}".encode(), bytes([i, 0, 255])) for i in range(20)]
     assert rows[3][2] == [{"key": "h", "value": b"v3".hex()}]
-    code, out = cli("backfill", "--job", name, "--from", "earliest", "--to", "latest", "--table", f"{name}_again",
-                    jobs=world["jobs"])
+    code, out = backfills["blobs"]
     assert code == 0, out[-3000:]
     assert query(db, f'SELECT key, value, headers FROM "{name}_again" ORDER BY "offset"') == rows
 

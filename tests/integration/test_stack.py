@@ -149,18 +149,14 @@ def test_sqlalchemy_round_trip_on_postgres(stack_settings):
     engine.dispose()
 
 
-def test_local_spark_runs_a_job_on_the_project_python(stack_settings):
-    from spark_jobs.session import spark_session
-
-    spark = spark_session("stack-probe", stack_settings, {"spark.ui.enabled": "false"})
-    try:
-        rows = spark.sparkContext.parallelize(range(1000), 4).map(
-            lambda x: (x % 2, __import__("sys").executable)).collect()
-        assert len(rows) == 1000
-        assert {exe for _, exe in rows} == {sys.executable}
-        assert spark.range(1000).selectExpr("sum(id)").first()[0] == 499500
-    finally:
-        spark.stop()
+def test_local_spark_runs_a_job_on_the_project_python(spark):
+    """The session's SparkSession (spark_session on the stack's master): its workers run this interpreter. Not
+    stopped here: getOrCreate hands every test of the process the same session."""
+    rows = spark.sparkContext.parallelize(range(1000), 4).map(
+        lambda x: (x % 2, __import__("sys").executable)).collect()
+    assert len(rows) == 1000
+    assert {exe for _, exe in rows} == {sys.executable}
+    assert spark.range(1000).selectExpr("sum(id)").first()[0] == 499500
 
 
 def test_airflow_parses_the_dags_folder_without_import_errors(stack_settings):
