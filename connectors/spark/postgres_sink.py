@@ -131,14 +131,18 @@ class SinkPlan:
     generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
     attach_min_rows: int = ATTACH_MIN_ROWS  # a task with fewer rows stages them (a table each costs more)
-    conninfo: str = ""  # libpq's form of url, and the connection's keywords: made once on the driver
-    connect_kw: tuple[tuple[str, object], ...] = ()
+    # libpq's form of url and the connection's keywords, derived where the plan is made (the driver) and
+    # pickled to the tasks, which then need neither SQLAlchemy nor the settings to connect
+    conninfo: str = field(init=False)
+    connect_kw: tuple[tuple[str, object], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        from streamfill.pg import connect_args
+
+        object.__setattr__(self, "conninfo", dsn(self.url))
+        object.__setattr__(self, "connect_kw", tuple(connect_args().items()))
 
     def connect(self):
-        if not self.conninfo:  # a plan made by hand (benchmarks): the driver's way
-            from streamfill.pg import connect_args
-
-            return psycopg2.connect(dsn(self.url), **connect_args())
         return psycopg2.connect(self.conninfo, **dict(self.connect_kw))
 
 
@@ -214,7 +218,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         conn.close()
     ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
     return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged,
-                    attach_min_rows=attach_min_rows, conninfo=dsn(url), connect_kw=tuple(connect_args().items()))
+                    attach_min_rows=attach_min_rows)
 
 
 def _generation(opts: dict, job: str | None) -> int | None:

@@ -46,15 +46,13 @@ def cli_together(launches: list[tuple[str, ...]], jobs: str) -> list[tuple[int, 
                               stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
              for args in launches]
-    out = []
-    for proc in procs:
-        try:
-            text_out, _ = proc.communicate(timeout=900)
-        finally:
+    try:
+        outputs = [proc.communicate(timeout=900)[0] for proc in procs]
+        return [(proc.returncode, out) for proc, out in zip(procs, outputs)]
+    finally:
+        for proc in procs:  # a launch that hung is not left running beside the next tests
             if proc.poll() is None:
                 proc.kill()
-        out.append((proc.returncode, text_out))
-    return out
 
 
 def payment(i: int) -> dict:
