@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -242,12 +243,25 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
 
 def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: OffsetStore, lease: Lease,
                   prep: Prepared, on_progress: Callable[[int, int], None] | None) -> dict[TopicPartition, int]:
-    """Chunk after chunk, each committed before the next is read; returns where the job stands."""
+    """Chunk after chunk, each committed before the next is read; returns where the job stands. A chunk reads
+    as many partitions as Spark runs tasks at once (one wave), those with the most left.
+
+    While a chunk is written, a thread builds the next chunk's DataFrame (the parse's expressions and Spark's
+    analysis of them, about 0.6 s a chunk): building reads nothing and records nothing, and it is used only
+    when the chunk committed exactly as planned."""
     window, total = prep.window, prep.window.total
-    with recorded_run(store, args.job, spark.sparkContext.applicationId, lease):
+    width = spark.sparkContext.defaultParallelism  # tasks at once: a chunk reads this many partitions or more
+    with recorded_run(store, args.job, spark.sparkContext.applicationId, lease), \
+            ThreadPoolExecutor(1, thread_name_prefix="streamfill-next-chunk") as ahead:
         done = prep.done
-        while chunk := next_chunk(window, done, args.chunk_size):
-            _write_chunk(spark, args, chunk, bootstrap, url, lease.generation)
+        chunk = next_chunk(window, done, args.chunk_size, width)
+        frame = _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation) if chunk else None
+        while chunk:
+            expected = {**done, **{tp: e for tp, (_, e) in chunk.items()}}
+            following = next_chunk(window, expected, args.chunk_size, width)
+            upcoming = ahead.submit(_chunk_frame, spark, args, following, bootstrap, url, lease.generation) \
+                if following else None
+            _save_chunk(frame, args, url, lease.generation)
             done = progress(window, store.snapshot(args.job))
             if any(done[tp] < e for tp, (_, e) in chunk.items()):
                 ends = to_json_shape({tp: e for tp, (_, e) in chunk.items()})
@@ -255,6 +269,11 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
                                    "not show it committed; re-run the backfill to continue")
             if on_progress:
                 on_progress(total - remaining(window, done), total)
+            chunk = next_chunk(window, done, args.chunk_size, width)
+            if chunk and upcoming is not None and chunk == following:
+                frame = upcoming.result()
+            elif chunk:
+                frame = _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation)
     return done
 
 
@@ -277,9 +296,14 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
             .load())
 
 
-def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
-                 url: str, generation: int) -> None:
-    (rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation)).write.format("streamfill_postgres")
+def _chunk_frame(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
+                 url: str, generation: int):
+    """One chunk's rows, parsed by the entry: a DataFrame not yet run."""
+    return rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation))
+
+
+def _save_chunk(frame, args: BackfillArgs, url: str, generation: int) -> None:
+    (frame.write.format("streamfill_postgres")
      .options(**sink_options(args.spec, args.job, args.table, args.mode, url, generation)).mode("append").save())
 
 

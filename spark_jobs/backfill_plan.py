@@ -92,8 +92,20 @@ def remaining(window: Window, done: Positions) -> int:
     return sum(e - done[tp] for tp, (_, e) in window.bounds.items())
 
 
-def next_chunk(window: Window, done: Positions, chunk_size: int) -> dict[TopicPartition, tuple[int, int]]:
+def next_chunk(window: Window, done: Positions, chunk_size: int,
+               width: int | None = None) -> dict[TopicPartition, tuple[int, int]]:
     """The next chunk: at most chunk_size offsets, shared across partitions in proportion to what is left
-    (the planner's admission control), only partitions with work left."""
-    ends = planner.rate_limit(done, {tp: e for tp, (_, e) in window.bounds.items()}, chunk_size)
+    (the planner's admission control), only partitions with work left.
+
+    With `width` (the tasks the cluster runs at once), a chunk reads only the `width` partitions with the most
+    left (more when those hold less than a chunk): each partition is one task and one part table with a fixed
+    cost, so a small chunk is one wave of larger tasks rather than a small task per partition."""
+    ends = {tp: e for tp, (_, e) in window.bounds.items() if e > done[tp]}
+    if width and len(ends) > width:
+        by_left = sorted(ends, key=lambda tp: (done[tp] - ends[tp], tp))
+        take = width
+        while take < len(by_left) and sum(ends[tp] - done[tp] for tp in by_left[:take]) < chunk_size:
+            take += 1
+        ends = {tp: ends[tp] for tp in by_left[:take]}
+    ends = planner.rate_limit({tp: done[tp] for tp in ends}, ends, chunk_size)
     return {tp: (done[tp], ends[tp]) for tp in sorted(ends) if ends[tp] > done[tp]}

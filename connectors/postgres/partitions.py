@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -212,22 +213,42 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
     return merged
 
 
+def tier(rows: int, when: int) -> int:
+    """A partition's size class: merging `when` partitions of one tier makes one of the next, so a row is
+    copied about once per tier (log base `when` of the sizes), never once per merge of a growing partition."""
+    return int(math.log(max(rows, 1), when)) if when > 1 else 0
+
+
 def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, when: int) -> list[list[tuple]]:
-    """Per Kafka partition, the first run of adjacent small partitions when it has `when` of them or more."""
+    """Per Kafka partition, the longest run of adjacent small partitions of one size tier, when it has `when` of
+    them or more; partitions of mixed sizes that never make such a run are merged regardless of tier once there
+    are `when` squared of them, so their number stays bounded."""
     runs, i = [], 0
     while i < len(parts):
         j = i
         while j < len(parts) and parts[j][1:3] == parts[i][1:3]:
             j += 1
-        group, run, best = parts[i:j], [], []
-        for p in group:
-            if p[5] < below_rows:
-                run.append(p)
-            else:
-                run = []
-            if len(run) > len(best):
-                best = list(run)
+        group = parts[i:j]
+        best = _longest(group, below_rows, lambda a, b: tier(a, when) == tier(b, when))
+        if len(best) < when and sum(p[5] < below_rows for p in group) >= when * when:
+            best = _longest(group, below_rows, lambda a, b: True)
         if len(best) >= when:
             runs.append(best[:64])
         i = j
     return runs
+
+
+def _longest(group: list[tuple], below_rows: int, alike) -> list[tuple]:
+    """The longest run of adjacent small partitions in which each is `alike` its predecessor by rows."""
+    run: list[tuple] = []
+    best: list[tuple] = []
+    for p in group:
+        if p[5] >= below_rows:
+            run = []
+        elif run and not alike(run[-1][5], p[5]):
+            run = [p]
+        else:
+            run.append(p)
+        if len(run) > len(best):
+            best = list(run)
+    return best

@@ -105,6 +105,30 @@ def test_chunks_cover_the_window_once_within_the_chunk_size_and_resume_from_prog
     assert remaining(w, progress(w, {TP0: 40})) == 60 + 50
 
 
+def test_with_a_width_a_chunk_reads_the_partitions_with_most_left_and_covers_the_window_once():
+    parts = [TopicPartition(T, p) for p in range(4)]
+    w = Window({tp: (0, 1000 + 10 * tp.partition) for tp in parts})
+    done = progress(w, {})
+    first = next_chunk(w, done, 100, width=2)
+    assert sorted(tp.partition for tp in first) == [2, 3], "the two partitions with most left"
+    assert sum(e - s for s, e in first.values()) == 100
+    seen: list[tuple[TopicPartition, int]] = []
+    chunks = 0
+    while chunk := next_chunk(w, done, 100, width=2):
+        chunks += 1
+        assert 0 < sum(e - s for s, e in chunk.values()) <= 100
+        for tp, (s, e) in chunk.items():
+            assert s == done[tp]
+            seen += [(tp, o) for o in range(s, e)]
+            done[tp] = e
+    assert sorted(seen) == sorted((tp, o) for tp, (s, e) in w.bounds.items() for o in range(s, e))
+    assert chunks == -(-w.total // 100), "every chunk but the last is full"
+    near_end = {TopicPartition(T, 0): 995, TopicPartition(T, 1): 1005, TopicPartition(T, 2): 1020,
+                TopicPartition(T, 3): 990}
+    assert sorted(tp.partition for tp in next_chunk(w, near_end, 100, width=2)) == [0, 1, 3], \
+        "a third partition joins when the two with most left hold less than a chunk"
+
+
 def test_demo_events_are_reproducible_and_bad_ones_are_realistic():
     first = list(events.records(500, 0.2, seed=3))
     again = list(events.records(500, 0.2, seed=3))

@@ -160,3 +160,18 @@ def test_small_adjacent_partitions_of_one_kafka_partition_are_merged_in_runs():
     runs = partitions._runs(parts, below_rows=1000, when=8)
     assert [[p[0] for p in r] for r in runs] == [[f"p0_{40 + i * 10}" for i in range(9)]], \
         "a large partition breaks a run; fewer than 8 small ones wait"
+
+
+def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
+    def part(low: int, rows: int):
+        return (f"p_{low}", "t", 0, low, low + 10, rows)
+
+    merged_once = [part(0, 100_000)] + [part(10 + i * 10, 12_500) for i in range(7)]
+    assert partitions._runs(merged_once, below_rows=2_000_000, when=8) == [], \
+        "one partition of 8 merged ones and 7 new ones: the new ones wait for an eighth, nothing is copied twice"
+    eight_new = merged_once + [part(80, 12_500)]
+    assert [p[0] for p in partitions._runs(eight_new, below_rows=2_000_000, when=8)[0]] == \
+        [f"p_{10 + i * 10}" for i in range(8)]
+    mixed = [part(i * 10, 9_000 if i % 2 else 40_000) for i in range(64)]
+    assert len(partitions._runs(mixed, below_rows=2_000_000, when=8)[0]) == 64, \
+        "sizes that alternate between tiers are merged anyway once there are 64"
