@@ -141,8 +141,8 @@ def main() -> None:
         table.add_row(name, f"{statistics.median(ts):.2f}", f"{rate[name]:,.0f}")
     console.print(table)
     a, b, c = rate.values()
-    console.print(f"b/a = {b / a:.2f}  (target >= 0.7)")
-    console.print(f"b/c = {b / c:.2f}  (target >= 1.0)")
+    console.print(f"b/a = {b / a:.2f}  (target >= 1.2)")
+    console.print(f"b/c = {b / c:.2f}  (target >= 1.5)")
 
 
 if __name__ == "__main__":
