@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -43,6 +44,8 @@ from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
+
+log = logging.getLogger("streamfill.backfill")
 
 DEFAULT_CHUNK = 500_000
 MODES = ("append-new", "replace")
@@ -270,10 +273,9 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
             if on_progress:
                 on_progress(total - remaining(window, done), total)
             chunk = next_chunk(window, done, args.chunk_size, width)
-            if chunk and upcoming is not None and chunk == following:
-                frame = upcoming.result()
-            elif chunk:
-                frame = _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation)
+            frame = _next_frame(upcoming if chunk == following else None,
+                                lambda: _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation)) \
+                if chunk else None
     return done
 
 
@@ -294,6 +296,17 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
             .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
             .option("minPartitions", str(spark.sparkContext.defaultParallelism))
             .load())
+
+
+def _next_frame(prebuilt: Future | None, build: Callable[[], object]):
+    """The prebuilt frame when it is the one needed and was built; otherwise built here (a failure while
+    building ahead is no failure of the backfill: building it again says what is wrong, if anything is)."""
+    if prebuilt is not None:
+        try:
+            return prebuilt.result()
+        except Exception as exc:  # noqa: BLE001
+            log.info("the chunk built ahead failed (%s); building it again", exc)
+    return build()
 
 
 def _chunk_frame(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,

@@ -11,10 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg2.errors
 from psycopg2 import sql
@@ -199,7 +198,8 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
                 for p in run:
                     cur.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
                         sql.Identifier(schema, table), sql.Identifier(schema, p[0])))
-                attach(cur, schema, table, part)
+                moved = _move_from_default(cur, schema, table, part)
+                attach(cur, schema, table, replace(part, rows=part.rows + moved))
                 for p in run:
                     cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, p[0])))
                 conn.commit()
@@ -216,7 +216,28 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
 def tier(rows: int, when: int) -> int:
     """A partition's size class: merging `when` partitions of one tier makes one of the next, so a row is
     copied about once per tier (log base `when` of the sizes), never once per merge of a growing partition."""
-    return int(math.log(max(rows, 1), when)) if when > 1 else 0
+    if when < 2:
+        return 0
+    level, rows = 0, max(rows, 1)
+    while rows >= when:
+        rows //= when
+        level += 1
+    return level
+
+
+def _move_from_default(cur, schema: str, table: str, part: Part) -> int:
+    """Inside the swap: rows of the merged range that sit in the default partition (offsets between the merged
+    partitions whose rows were inserted rather than attached) move into the new partition, or its ATTACH would
+    fail on them and the same run would be tried again after every commit."""
+    default = default_name(table)
+    cur.execute("SELECT to_regclass(%s)", (sql.Identifier(schema, default).as_string(cur),))
+    if cur.fetchone()[0] is None:
+        return 0
+    cur.execute(sql.SQL('WITH moved AS (DELETE FROM {} WHERE topic = %s AND "partition" = %s AND "offset" >= %s '
+                        'AND "offset" < %s RETURNING *) INSERT INTO {} SELECT * FROM moved').format(
+        sql.Identifier(schema, default), sql.Identifier(schema, part.table)),
+        (part.topic, part.partition, part.low, part.high))
+    return cur.rowcount
 
 
 def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, when: int) -> list[list[tuple]]:

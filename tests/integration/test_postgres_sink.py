@@ -245,6 +245,42 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     assert stages == {stream.stage, fresh.stage}, "the orphan is dropped; the stream's and the new one stay"
 
 
+def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db):
+    """Offsets between two attached partitions whose rows were inserted (a small task's staged rows) sit in the
+    default partition: the merge moves them into the merged partition, or its ATTACH would fail every time."""
+    import psycopg2
+    from psycopg2 import sql
+
+    from connectors.postgres import partitions
+    from connectors.postgres.partitions import Part
+    from connectors.spark.postgres_sink import dsn
+
+    table = f"{topic_name}_gaps"
+    conn = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
+    try:
+        with conn.cursor() as cur:
+            partitions.create_partitioned(cur, "public", table,
+                                          sql.SQL('topic text, "partition" integer, "offset" bigint, v text'))
+            for low in (0, 20):
+                name = partitions.part_name(table, f"w{low}")
+                partitions.create_part(cur, "public", table, name)
+                cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 'a' || o FROM generate_series(%s, %s) o")
+                            .format(sql.Identifier(name)), (low, low + 9))
+                partitions.attach(cur, "public", table,
+                                  partitions.seal_part(cur, "public", Part(name, "t", 0, low, low + 10, 10)))
+            cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 's' || o FROM generate_series(10, 19) o")
+                        .format(sql.Identifier(table)))
+        conn.commit()
+        assert partitions.merge_small(conn, "public", table, when=2) == 2
+    finally:
+        conn.close()
+    assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 30
+    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 30
+    assert scalar(db, f'SELECT count(*) FROM "{partitions.default_name(table)}"') == 0, "the gap's rows moved"
+    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 2, \
+        "one merged partition and the default"
+
+
 def test_a_new_table_is_partitioned_and_each_tasks_rows_are_attached_overlaps_are_inserted_once(spark, bootstrap,
                                                                                                topic_name, db):
     from connectors.postgres import partitions
