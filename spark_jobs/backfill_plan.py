@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import accumulate
 
 from connectors.kafka import offsets, planner
 from connectors.kafka.offsets import (
@@ -103,9 +104,8 @@ def next_chunk(window: Window, done: Positions, chunk_size: int,
     ends = {tp: e for tp, (_, e) in window.bounds.items() if e > done[tp]}
     if width and len(ends) > width:
         by_left = sorted(ends, key=lambda tp: (done[tp] - ends[tp], tp))
-        take = width
-        while take < len(by_left) and sum(ends[tp] - done[tp] for tp in by_left[:take]) < chunk_size:
-            take += 1
-        ends = {tp: ends[tp] for tp in by_left[:take]}
+        held = accumulate(ends[tp] - done[tp] for tp in by_left)  # what the first 1, 2, ... partitions hold
+        full = next((n for n, total in enumerate(held, 1) if total >= chunk_size), len(by_left))
+        ends = {tp: ends[tp] for tp in by_left[:max(width, full)]}
     ends = planner.rate_limit({tp: done[tp] for tp in ends}, ends, chunk_size)
     return {tp: (done[tp], ends[tp]) for tp in sorted(ends) if ends[tp] > done[tp]}
