@@ -7,12 +7,16 @@ data loss.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError
+import pyarrow.compute as pc
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from connectors.kafka.data_loss import DataLoss, enforce
@@ -65,28 +69,14 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
     last_progress = time.monotonic()
     try:
         while next_offset < r.end:
-            msgs = consumer.consume(num_messages=min(batch_size, r.end - next_offset), timeout=0.5)
-            rows = []
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                        next_offset = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
-                        break
-                    raise BrokerError(f"reading {r.topic}-{r.partition} from bootstrap servers "
-                                      f"{kafka.get('bootstrap.servers')}: {err.str()}")
-                off = m.offset()
-                if off >= r.end:
-                    break
-                if off < next_offset:
-                    continue
-                if off > next_offset and not rows:
-                    _check_gap(consumer, r, next_offset, off, kafka, fail_on_data_loss)
-                rows.append(m)
-                next_offset = off + 1
-            if rows:
+            with _collector_paused():
+                msgs = consumer.consume(num_messages=min(batch_size, r.end - next_offset), timeout=0.5)
+                rows, offsets, next_offset = _in_range(consumer, msgs, r, next_offset, kafka, fail_on_data_loss)
+                batch = _to_arrow(rows, offsets, include_headers) if rows else None
+                del msgs, rows  # freed here by reference count, before the collector runs again
+            if batch is not None:
                 last_progress = time.monotonic()
-                yield _to_arrow(rows, include_headers)
+                yield batch
                 continue
             position = consumer.position([KTopicPartition(r.topic, r.partition)])[0].offset
             if position >= r.end:  # only control records or compacted-away offsets were left
@@ -114,6 +104,57 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
                     "Check that the broker is reachable; raise kafkaConsumer.pollTimeoutMs to wait longer")
     finally:
         consumer.unassign()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while one consume() batch becomes Arrow.
+
+    A batch allocates tens of thousands of tracked Message objects, all freed by reference count when it is
+    converted. Left on, the collector scans them, and the Spark worker's whole heap in its full collections,
+    over and over: that cost more than reading (a 500,000-record range in one process: 0.45 M records/s with
+    it on, 1.05 M with it paused).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, kafka: Mapping[str, str],
+              fail_on_data_loss: bool) -> tuple[list, list[int], int]:
+    """The messages of one consume() in [next_offset, r.end), their offsets, and the offset to read next."""
+    if msgs and not any(map(Message.error, msgs)):
+        # the common case, without a Python step per record: offsets ascend, so two bisects find the range
+        offsets = list(map(Message.offset, msgs))
+        first, stop = bisect_left(offsets, next_offset), bisect_left(offsets, r.end)
+        if first >= stop:
+            return [], [], next_offset
+        if offsets[first] > next_offset:
+            _check_gap(consumer, r, next_offset, offsets[first], kafka, fail_on_data_loss)
+        return msgs[first:stop], offsets[first:stop], offsets[stop - 1] + 1
+    rows, offsets = [], []
+    for m in msgs:
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                return rows, offsets, _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
+            raise BrokerError(f"reading {r.topic}-{r.partition} from bootstrap servers "
+                              f"{kafka.get('bootstrap.servers')}: {err.str()}")
+        off = m.offset()
+        if off >= r.end:
+            break
+        if off < next_offset:
+            continue
+        if off > next_offset and not rows:
+            _check_gap(consumer, r, next_offset, off, kafka, fail_on_data_loss)
+        rows.append(m)
+        offsets.append(off)
+        next_offset = off + 1
+    return rows, offsets, next_offset
 
 
 def _watermarks(consumer: Consumer, r: OffsetRange, kafka: Mapping[str, str]) -> tuple[int, int]:
@@ -144,25 +185,23 @@ def _after_loss(consumer: Consumer, r: OffsetRange, expected: int, kafka: Mappin
     return resume
 
 
-def _to_arrow(msgs: list, include_headers: bool) -> pa.RecordBatch:
+def _to_arrow(msgs: list, offsets: list[int], include_headers: bool) -> pa.RecordBatch:
+    """Columns by C-level maps over the messages; timestamps converted in Arrow, not per record in Python."""
     n = len(msgs)
-    keys, values, offsets, ts, ts_types = [], [], [], [], []
-    for m in msgs:
-        keys.append(m.key())
-        values.append(m.value())
-        offsets.append(m.offset())
-        t_type, t_ms = m.timestamp()
-        ts.append(t_ms * 1000 if t_type else None)
-        ts_types.append(t_type - 1)
+    stamp_types, stamp_ms = zip(*map(Message.timestamp, msgs))
+    types = pa.array(stamp_types, pa.int32())
+    micros = pc.multiply(pa.array(stamp_ms, pa.int64()), 1000)
+    if pc.min(types).as_py() == TIMESTAMP_NOT_AVAILABLE:
+        micros = pc.if_else(pc.equal(types, TIMESTAMP_NOT_AVAILABLE), pa.scalar(None, pa.int64()), micros)
     first = msgs[0]
     columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([first.topic()] * n, pa.string()),
-        pa.array([first.partition()] * n, pa.int32()),
+        pa.array(list(map(Message.key, msgs)), pa.binary()),
+        pa.array(list(map(Message.value, msgs)), pa.binary()),
+        pa.repeat(pa.scalar(first.topic(), pa.string()), n),
+        pa.repeat(pa.scalar(first.partition(), pa.int32()), n),
         pa.array(offsets, pa.int64()),
-        pa.array(ts, pa.timestamp("us", tz="UTC")),
-        pa.array(ts_types, pa.int32()),
+        micros.cast(pa.timestamp("us", tz="UTC")),
+        pc.subtract(types, pa.scalar(1, pa.int32())),  # Spark's timestampType: 0 create time, 1 log append
     ]
     if include_headers:
         columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
