@@ -33,12 +33,13 @@ ARROW_SCHEMA = pa.schema([
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 BATCH_SIZE = 20_000
-# librdkafka fetches at most 1 MiB per partition per request by default; with ~100-byte records that caps a
-# consumer near 160 k records/s here. 16 MiB measured 7x faster (bench/read_throughput.py). And once its local
-# queue holds queued.min.messages (100,000), it waits fetch.queue.backoff.ms (1 s) before fetching again: with
-# the demo's 174-byte events that halved a partition's read (153 k records/s against 320 k at 10 ms).
+# librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local queue holds
+# queued.min.messages (100,000): with the demo's 174-byte events that halved a partition's read (153 k records/s
+# against 320 k at 10 ms), and it is what made large fetches look faster. With 10 ms, 1 to 16 MiB per partition
+# read a 450,000-record range alike, and a small range reads fastest with little over-fetch: librdkafka fetches
+# and decompresses past the range's end (a 25,000-record range: 67 ms at 2 MiB, 138 ms at 16 MiB).
 # kafka.* options override these.
-FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(16 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
+FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
                   "fetch.queue.backoff.ms": "10"}
 _consumers: dict[frozenset, Consumer] = {}
 
