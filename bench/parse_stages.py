@@ -1,0 +1,97 @@
+"""Where a batch goes: the same demo events through growing prefixes of the pipeline, in one session.
+
+Each stage is one Spark job over the whole topic, timed, and each prints seconds and records per second:
+  read             streamfill_kafka, count(*) and sum(length(value));
+  read + parse     the orders entry's parse (spark_jobs.pipelines.compile), aggregated in the JVM;
+  + to Python      the parsed rows handed to a Python worker as Arrow (what the sink receives), counted there;
+  from_json only   the entry's from_json on rows cached in the JVM, without the read.
+The difference between two stages is what the later one adds. Uses end_to_end's topic of demo events
+(produced once, kept). Needs `streamfill stack up`.
+
+    .venv/bin/python bench/parse_stages.py [--events 2000000] [--partitions 4] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from streamfill.settings import get_settings
+
+console = Console()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs per stage, interleaved; the median is reported")
+    args = ap.parse_args()
+    settings = get_settings()
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from connectors.spark import register
+    from spark_jobs.demo.produce import ensure_topic, produce
+    from spark_jobs.pipelines import entry
+    from spark_jobs.pipelines.compile import CORRUPT
+    from spark_jobs.runs import rows_of
+    from spark_jobs.session import spark_session
+
+    topic = f"bench_e2e_{args.events}_{args.partitions}"  # the topic bench/end_to_end.py makes
+    from confluent_kafka.admin import AdminClient
+
+    if topic not in AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(timeout=10).topics:
+        ensure_topic(settings.bootstrap_servers, topic, args.partitions)
+        produce(settings.bootstrap_servers, topic, args.events, bad_ratio=0.01, seed=42)
+    spark = spark_session("bench-stages", settings, {"spark.ui.enabled": "false",
+                                                     "spark.ui.showConsoleProgress": "false"})
+    register(spark)
+    spec = entry("orders")
+
+    def kafka():
+        return (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
+                .option("subscribe", topic).load())
+
+    def in_python(batches):
+        yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
+
+    fields = sorted({(c.field or name).split(".")[0] for name, c in spec.columns.items()})
+    schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
+    cached = kafka().select("value").cache()
+    cached.count()
+    stages = {
+        "read": lambda: kafka().selectExpr("count(*)", "sum(length(value))").first(),
+        "read + parse": lambda: rows_of(spec, kafka()).selectExpr("count(*)", "count(_error)").first(),
+        "read + parse + to Python": lambda: rows_of(spec, kafka()).mapInArrow(in_python, "n long")
+        .selectExpr("sum(n)").first(),
+        "from_json only (cached rows)": lambda: cached.select(
+            F.from_json(F.col("value").cast("string"), schema, {"mode": "PERMISSIVE",
+                                                                 "columnNameOfCorruptRecord": CORRUPT}).alias("j"))
+        .selectExpr(f"count(j.{fields[0]})").first(),
+    }
+    for fn in stages.values():  # JVM, Python workers, page cache
+        fn()
+    timings: dict[str, list[float]] = {k: [] for k in stages}
+    for _ in range(args.repeat):
+        for name, fn in stages.items():
+            started = time.perf_counter()
+            fn()
+            timings[name].append(time.perf_counter() - started)
+    spark.stop()
+    table = Table(title=f"{args.events:,} demo events over {args.partitions} partitions (median of {args.repeat})")
+    for col in ("stage", "seconds", "records/s"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for name, ts in timings.items():
+        seconds = statistics.median(ts)
+        table.add_row(name, f"{seconds:.2f}", f"{args.events / seconds:,.0f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
