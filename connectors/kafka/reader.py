@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import operator
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
@@ -36,8 +37,9 @@ BATCH_SIZE = 20_000
 # librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local queue holds
 # queued.min.messages (100,000): with the demo's 174-byte events that halved a partition's read (153 k records/s
 # against 320 k at 10 ms), and it is what made large fetches look faster. With 10 ms, 1 to 16 MiB per partition
-# read a 450,000-record range alike, and a small range reads fastest with little over-fetch: librdkafka fetches
-# and decompresses past the range's end (a 25,000-record range: 67 ms at 2 MiB, 138 ms at 16 MiB).
+# read one 450,000-record range alike, a small range reads fastest with little over-fetch (librdkafka fetches and
+# decompresses past the range's end: 25,000 records in 67 ms at 2 MiB, 138 ms at 16 MiB), and one consumer of
+# four partitions read 929,730 records/s at 2 MiB against 760,289 at 16 MiB (bench/read_throughput.py).
 # kafka.* options override these.
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
                   "fetch.queue.backoff.ms": "10"}
@@ -117,8 +119,8 @@ def _collector_paused() -> Iterator[None]:
 
     A batch allocates tens of thousands of tracked Message objects, all freed by reference count when it is
     converted. Left on, the collector scans them, and the Spark worker's whole heap in its full collections,
-    over and over: that cost more than reading (a 500,000-record range in one process: 0.45 M records/s with
-    it on, 1.05 M with it paused).
+    over and over: that cost more than reading (one 500,000-record range in one process: 0.45 M records/s with
+    it on, 1.05 to 1.1 M with it paused, what a bare consumer read of the same range).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -133,14 +135,15 @@ def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, 
               fail_on_data_loss: bool) -> tuple[list, list[int], int]:
     """The messages of one consume() in [next_offset, r.end), their offsets, and the offset to read next."""
     if msgs and not any(map(Message.error, msgs)):
-        # the common case, without a Python step per record: offsets ascend, so two bisects find the range
         offsets = list(map(Message.offset, msgs))
-        first, stop = bisect_left(offsets, next_offset), bisect_left(offsets, r.end)
-        if first >= stop:
-            return [], [], next_offset
-        if offsets[first] > next_offset:
-            _check_gap(consumer, r, next_offset, offsets[first], kafka, fail_on_data_loss)
-        return msgs[first:stop], offsets[first:stop], offsets[stop - 1] + 1
+        if all(map(operator.lt, offsets, offsets[1:])):
+            # the common case, without a Python step per record: offsets ascend, so two bisects find the range
+            first, stop = bisect_left(offsets, next_offset), bisect_left(offsets, r.end)
+            if first >= stop:
+                return [], [], next_offset
+            if offsets[first] > next_offset:
+                _check_gap(consumer, r, next_offset, offsets[first], kafka, fail_on_data_loss)
+            return msgs[first:stop], offsets[first:stop], offsets[stop - 1] + 1
     rows, offsets = [], []
     for m in msgs:
         err = m.error()
@@ -195,7 +198,7 @@ def _to_arrow(msgs: list, offsets: list[int], include_headers: bool) -> pa.Recor
     n = len(msgs)
     stamp_types, stamp_ms = zip(*map(Message.timestamp, msgs))
     types = pa.array(stamp_types, pa.int32())
-    micros = pc.multiply(pa.array(stamp_ms, pa.int64()), 1000)
+    micros = pc.multiply_checked(pa.array(stamp_ms, pa.int64()), 1000)  # a wild producer time fails, as in Spark
     if pc.min(types).as_py() == TIMESTAMP_NOT_AVAILABLE:
         micros = pc.if_else(pc.equal(types, TIMESTAMP_NOT_AVAILABLE), pa.scalar(None, pa.int64()), micros)
     first = msgs[0]

@@ -13,10 +13,13 @@ from confluent_kafka import (
     KafkaError,
     Message,
 )
+from confluent_kafka import TopicPartition as KTopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
 
 from connectors.kafka import reader
 from connectors.kafka.planner import OffsetRange
-from streamfill.errors import BrokerError
+from streamfill.errors import BrokerError, DataLossError
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +81,69 @@ def test_the_collector_is_paused_only_while_a_batch_converts(enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+class StubConsumer:
+    """What the reader asks of a consumer: consume() answers with the given batches in turn; the log starts at
+    `low`."""
+
+    def __init__(self, batches=(), low: int = 0) -> None:
+        self.batches, self.low, self.assigned = list(batches), low, []
+
+    def assign(self, tps) -> None:
+        self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        return self.batches.pop(0) if self.batches else []
+
+    def position(self, tps) -> list:
+        return [KTopicPartition(tp.topic, tp.partition, -1001) for tp in tps]
+
+    def get_watermark_offsets(self, tp, timeout: float, cached: bool) -> tuple[int, int]:
+        return self.low, 1_000_000
+
+
+@given(st.lists(st.integers(0, 60), unique=True).map(sorted), st.integers(0, 60), st.integers(0, 60))
+def test_the_bisected_slice_is_what_a_loop_over_the_records_keeps(offsets, start, length):
+    # the log starts at 0, so a gap before the first record kept is compaction or a marker, not a loss
+    r = OffsetRange("t", 2, start, start + length)
+    kept, got, next_offset = reader._in_range(StubConsumer(), [msg(o) for o in offsets], r, start, {}, True)
+    expected = [o for o in offsets if r.start <= o < r.end]
+    assert got == expected and [m.offset() for m in kept] == expected
+    assert next_offset == (expected[-1] + 1 if expected else start)
+
+
+def test_records_out_of_order_are_kept_once_in_order():
+    kept, offsets, next_offset = reader._in_range(StubConsumer(), [msg(o) for o in (10, 11, 11, 9, 12)],
+                                                  OffsetRange("t", 2, 10, 20), 10, {}, True)
+    assert offsets == [10, 11, 12] and next_offset == 13
+
+
+def test_records_deleted_before_the_first_one_read_are_data_loss():
+    r = OffsetRange("t", 2, 10, 20)
+    with pytest.raises(DataLossError, match=r"t-2.*\[10, 14\)"):
+        reader._in_range(StubConsumer(low=14), [msg(14), msg(15)], r, 10, {}, True)
+    # failOnDataLoss=false: the read goes on from the first record there
+    assert reader._in_range(StubConsumer(low=14), [msg(14), msg(15)], r, 10, {}, False)[1:] == ([14, 15], 16)
+
+
+def test_an_offset_reset_mid_batch_keeps_the_records_before_it_and_goes_on_from_the_log_start():
+    reset = Message(error=KafkaError(KafkaError._AUTO_OFFSET_RESET), topic="t", partition=2, offset=-1001)
+    consumer = StubConsumer(low=14)
+    kept, offsets, next_offset = reader._in_range(consumer, [msg(10), reset], OffsetRange("t", 2, 10, 20), 10, {},
+                                                  False)
+    assert offsets == [10] and next_offset == 14 and consumer.assigned == [[("t", 2, 14)]]
+
+
+def test_a_range_is_read_in_batches_with_the_collector_running_between_them(monkeypatch):
+    consumer = StubConsumer([[msg(o) for o in range(10, 15)], [msg(o) for o in range(15, 22)]])
+    monkeypatch.setattr(reader, "consumer_for", lambda kafka: consumer)
+    assert gc.isenabled()
+    seen = []
+    for batch in reader.read_range(OffsetRange("t", 2, 10, 20), {}):
+        assert gc.isenabled()  # never paused while Spark holds the batch
+        seen += batch.column("offset").to_pylist()
+    assert seen == list(range(10, 20)) and consumer.assigned == [[("t", 2, 10)]]
