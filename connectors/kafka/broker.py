@@ -18,8 +18,9 @@ from streamfill.partitions import TopicPartition
 # librdkafka properties that make sense for a consumer but not for an AdminClient
 _CONSUMER_ONLY = {"isolation.level", "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms",
                   "max.partition.fetch.bytes", "fetch.message.max.bytes", "queued.min.messages",
-                  "queued.max.messages.kbytes", "fetch.queue.backoff.ms", "check.crcs", "session.timeout.ms", "heartbeat.interval.ms",
-                  "auto.commit.interval.ms", "max.poll.interval.ms", "enable.partition.eof", "client.rack"}
+                  "queued.max.messages.kbytes", "fetch.queue.backoff.ms", "check.crcs", "session.timeout.ms",
+                  "heartbeat.interval.ms", "auto.commit.interval.ms", "max.poll.interval.ms", "enable.partition.eof",
+                  "client.rack"}
 
 
 class Broker:
