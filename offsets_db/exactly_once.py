@@ -5,7 +5,9 @@
 1. plan: the source records each planned range before any task reads it (`record_plan`); planning the same
    ranges again (a replay) returns the same batch, and Spark's start is checked against the job's snapshot.
 2. pending batch: the sink's commit takes the job's newest planned batch, locked (`pending_batch`); None when
-   it is already committed (a replay: the sink drops what it staged). It must be its own launch's batch.
+   it is already committed (a replay: the sink drops what it staged). It must be its own launch's batch. A
+   bounded write that names where its batch ends (the backfill's, which plans the next chunk while one is
+   written) takes the newest batch ending exactly there instead, so a job may hold two pending batches.
 3. commit: `commit_batch` opens ONE transaction, finds the pending batch, checks that the staged rows are that
    batch's (their offsets lie in its ranges), hands the cursor to the sink to move exactly the rows it staged
    (the sink checks their count), moves the staged dead letters, marks the batch committed and moves the job's
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 
 import psycopg2.errors
 from psycopg2 import sql
-from sqlalchemy import BigInteger, Engine, func, literal, select
+from sqlalchemy import BigInteger, Engine, func, literal, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -187,13 +189,17 @@ def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch |
 
 # 2. pending batch
 
-def pending_batch(s: Session, job: str, generation: int | None = None) -> int | None:
-    """Inside the sink's transaction: the job's newest planned batch, locked, or None when it is already
-    committed (a replay: the sink drops its staged rows). It must have been planned by the launch that holds
-    the job now (and by `generation`, the committing launch, when given): Fenced otherwise."""
+def pending_batch(s: Session, job: str, generation: int | None = None, ends: Positions | None = None) -> int | None:
+    """Inside the sink's transaction: the job's newest planned batch (with `ends`, the newest ending exactly
+    there), locked, or None when it is already committed (a replay: the sink drops its staged rows). It must
+    have been planned by the launch that holds the job now (and by `generation`, the committing launch, when
+    given): Fenced otherwise."""
     jid = job_id(s, job)
     current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
-    last = _last_batch(s, jid, lock=True)
+    last = _last_batch(s, jid, lock=True) if ends is None else _batch_ending_at(s, jid, ends)
+    if last is None and ends is not None:
+        raise ProtocolError(f"job {job!r} has no planned batch ending at {_shape(ends)}: give the sink the "
+                            "endingOffsets its source read to")
     if last is None:
         raise ProtocolError(f"job {job!r} has no planned batch: give the source the same job option as the sink")
     if last.committed_at is not None:
@@ -202,14 +208,36 @@ def pending_batch(s: Session, job: str, generation: int | None = None) -> int | 
         raise Fenced(f"batch {last.seq} of job {job!r} was planned by a launch that no longer holds the job "
                      f"(generation {last.generation}, now {current}); its rows are dropped and the holder plans "
                      "the batch again")
-    if s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
+    if ends is not None or s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
+        # the batch starts where the job stands (design §3), but where data loss moved its start
         lost = set(s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
                              .where(DataLossEvent.batch_id == last.id)).tuples())
         begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items() if (tp.topic, tp.partition) not in lost}
         snap = _snapshot(s, jid)
-        if snap and not _agrees(begins, snap):
+        if snap and not _agrees(begins, snap) and ends is None:
             raise CheckpointMismatch(job, begins, snap)
+        if snap and not _agrees(begins, snap):
+            raise ProtocolError(f"job {job!r}: batch {last.seq} starts at {_shape(begins)}, but the job stands at "
+                                f"{_shape({tp: snap[tp] for tp in begins if tp in snap})}: a batch before it on "
+                                "those partitions has not committed. Nothing is committed; commit that batch first")
     return last.id
+
+
+def _batch_ending_at(s: Session, jid: int, ends: Positions) -> Batch | None:
+    """The job's newest batch whose ranges end exactly at `ends` (the same partitions, the same ends), locked."""
+    ending = (select(BatchOffset.batch_id).join(Batch, Batch.id == BatchOffset.batch_id)
+              .where(Batch.job_id == jid,
+                     tuple_(BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset)
+                     .in_([(tp.topic, tp.partition, end) for tp, end in ends.items()]))
+              .group_by(BatchOffset.batch_id).having(func.count() == len(ends)))
+    ranges = (select(BatchOffset.batch_id).where(BatchOffset.batch_id.in_(ending))
+              .group_by(BatchOffset.batch_id).having(func.count() == len(ends)))
+    return s.scalar(select(Batch).where(Batch.id.in_(ranges)).order_by(Batch.seq.desc()).limit(1)
+                    .with_for_update())
+
+
+def _shape(positions: Positions) -> str:
+    return ", ".join(f"{tp.topic}-{tp.partition}: {off}" for tp, off in sorted(positions.items())) or "nothing"
 
 
 def check_offsets(s: Session, job: str, batch_id: int, staged: Mapping[TopicPartition, tuple[int, int]]) -> None:
@@ -289,14 +317,15 @@ class Committed:
 
 
 def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_batch_id: int | None = None,
-                 generation: int | None = None, tries: int = 3) -> Committed:
-    """One transaction: the pending batch, the sink's move, the dead letters, the offsets and the snapshot.
+                 generation: int | None = None, ends: Positions | None = None, tries: int = 3) -> Committed:
+    """One transaction: the pending batch (the one ending at `ends`, when given), the sink's move, the dead
+    letters, the offsets and the snapshot.
 
     Without a job the rows still move atomically, with no offsets. Two jobs moving overlapping keys into one
     table can deadlock; PostgreSQL aborts one transaction, which is whole again on retry."""
     for attempt in range(1, tries + 1):
         try:
-            return _commit_once(engine, job, staged, spark_batch_id, generation)
+            return _commit_once(engine, job, staged, spark_batch_id, generation, ends)
         except (DBAPIError, psycopg2.Error) as exc:
             if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == tries:
                 raise
@@ -306,12 +335,12 @@ def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_
 
 
 def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_batch_id: int | None,
-                 generation: int | None) -> Committed:
+                 generation: int | None, ends: Positions | None) -> Committed:
     with Session(engine) as s, s.begin():
         cur = s.connection().connection.dbapi_connection.cursor()
         if job is None:
             return Committed(None, staged.move(cur))
-        batch_id = pending_batch(s, job, generation)
+        batch_id = pending_batch(s, job, generation, ends)
         jid = job_id(s, job)
         config = s.scalar(select(Job.config).where(Job.id == jid)) or {}
         if batch_id is None:

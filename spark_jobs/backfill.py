@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -48,6 +48,7 @@ from streamfill.settings import get_settings
 log = logging.getLogger("streamfill.backfill")
 
 DEFAULT_CHUNK = 500_000
+IN_FLIGHT = 2  # chunks written at once: the next is planned while one's tasks run
 MODES = ("append-new", "replace")
 
 
@@ -246,41 +247,73 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
 
 def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: OffsetStore, lease: Lease,
                   prep: Prepared, on_progress: Callable[[int, int], None] | None) -> dict[TopicPartition, int]:
-    """Chunk after chunk, each committed before the next is read; returns where the job stands. A chunk reads
-    as many partitions as Spark runs tasks at once (one wave), those with the most left.
+    """Every chunk written and committed as a batch of its own; returns where the job stands.
 
-    While a chunk is written, a thread builds the next chunk's DataFrame (the parse's expressions and Spark's
-    analysis of them, about 0.6 s a chunk): building reads nothing and records nothing, and it is used only
-    when the chunk committed exactly as planned."""
+    Two chunks are in flight at once, on partitions they do not share: while one chunk's tasks run, the next
+    is built, planned and recorded (about 0.3 s of Spark's job cycle a chunk, which the tasks no longer wait
+    for) and its tasks start as the first one's end. Each write names its chunk's ends, so each commit takes its
+    own batch, in either order. A chunk reads half the task slots' worth of partitions, those with the most left;
+    one that nothing can run beside is split over every slot. After a failure no chunk starts; the one still in
+    flight ends (committed or not) before the failure is raised."""
     window, total = prep.window, prep.window.total
-    width = spark.sparkContext.defaultParallelism  # tasks at once: a chunk reads this many partitions or more
+    cores = spark.sparkContext.defaultParallelism  # tasks Spark runs at once
+    width = max(1, cores // IN_FLIGHT)  # shared by the chunks in flight: a chunk reads this many partitions or more
+    planned = dict(prep.done)  # where each partition stands once every chunk started so far has committed
+    flying: dict[Future, dict[TopicPartition, tuple[int, int]]] = {}
+    failure: BaseException | None = None
     with recorded_run(store, args.job, spark.sparkContext.applicationId, lease), \
-            ThreadPoolExecutor(1, thread_name_prefix="streamfill-next-chunk") as ahead:
-        done = prep.done
-        chunk = next_chunk(window, done, args.chunk_size, width)
-        frame = _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation) if chunk else None
-        while chunk:
-            expected = {**done, **{tp: e for tp, (_, e) in chunk.items()}}
-            following = next_chunk(window, expected, args.chunk_size, width)
-            upcoming = ahead.submit(_chunk_frame, spark, args, following, bootstrap, url, lease.generation) \
-                if following else None
-            _save_chunk(frame, args, url, lease.generation)
-            done = progress(window, store.snapshot(args.job))
-            if any(done[tp] < e for tp, (_, e) in chunk.items()):
-                ends = to_json_shape({tp: e for tp, (_, e) in chunk.items()})
-                raise StreamfillError(f"chunk ending at {ends} of job {args.job!r} was written but offsets_db does "
-                                   "not show it committed; re-run the backfill to continue")
-            if on_progress:
-                on_progress(total - remaining(window, done), total)
-            chunk = next_chunk(window, done, args.chunk_size, width)
-            frame = _next_frame(upcoming if chunk == following else None,
-                                lambda: _chunk_frame(spark, args, chunk, bootstrap, url, lease.generation)) \
-                if chunk else None
-    return done
+            ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="streamfill-chunk") as pool:
+        while True:
+            while failure is None and len(flying) < IN_FLIGHT:
+                busy = {tp for chunk in flying.values() for tp in chunk}
+                chunk = next_chunk(window, planned, args.chunk_size, width, busy)
+                if not chunk:
+                    break
+                planned.update({tp: e for tp, (_, e) in chunk.items()})
+                # a chunk no other can run beside (one partition left, say) is split over every core
+                alone = not flying and not next_chunk(window, planned, args.chunk_size, width, set(chunk))
+                flying[pool.submit(_write_chunk, spark, args, chunk, cores if alone else width, bootstrap, url,
+                                   lease.generation)] = chunk
+            if not flying:
+                break
+            finished, _ = wait(flying, return_when=FIRST_COMPLETED)
+            for future in finished:
+                chunk = flying.pop(future)
+                try:
+                    future.result()
+                except BaseException as exc:  # noqa: BLE001 - raised once the other chunk in flight ended
+                    failure = failure or exc
+                    continue
+                done = progress(window, store.snapshot(args.job))
+                if any(done[tp] < e for tp, (_, e) in chunk.items()):
+                    ends = to_json_shape({tp: e for tp, (_, e) in chunk.items()})
+                    failure = failure or StreamfillError(
+                        f"chunk ending at {ends} of job {args.job!r} was written but offsets_db does not show it "
+                        "committed; re-run the backfill to continue")
+                elif on_progress:
+                    on_progress(total - remaining(window, done), total)
+    if failure is not None:
+        raise failure
+    return progress(window, store.snapshot(args.job))
+
+
+def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], tasks: int,
+                 bootstrap: str, url: str, generation: int) -> None:
+    """One chunk in at least `tasks` tasks: its read, the entry's parse and the write whose commit takes the
+    chunk's batch."""
+    # the session is the JVM thread's own (a thread of ours is a new one there): Spark looks the Python data
+    # sources up in the active session
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+    frame = rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation, tasks))
+    ends = {tp: e for tp, (_, e) in chunk.items()}
+    (frame.write.format("streamfill_postgres")
+     .options(**sink_options(args.spec, args.job, args.table, args.mode, url, generation, ends))
+     .mode("append").save())
 
 
 def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
-           chunk: dict[TopicPartition, tuple[int, int]] | None = None, generation: int | None = None):
+           chunk: dict[TopicPartition, tuple[int, int]] | None = None, generation: int | None = None,
+           tasks: int = 1):
     """One chunk's read, by the launch holding the job (`generation`); without a chunk, only its columns (a
     DataFrame that is never run)."""
     reader = (spark.read.format("streamfill_kafka")
@@ -294,30 +327,8 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
     return (reader.option("assign", json.dumps({args.topic: sorted(tp.partition for tp in chunk)}))
             .option("startingOffsets", json.dumps(to_json_shape({tp: s for tp, (s, _) in chunk.items()})))
             .option("endingOffsets", json.dumps(to_json_shape({tp: e for tp, (_, e) in chunk.items()})))
-            .option("minPartitions", str(spark.sparkContext.defaultParallelism))
+            .option("minPartitions", str(tasks))
             .load())
-
-
-def _next_frame(prebuilt: Future | None, build: Callable[[], object]):
-    """The prebuilt frame when it is the one needed and was built; otherwise built here (a failure while
-    building ahead is no failure of the backfill: building it again says what is wrong, if anything is)."""
-    if prebuilt is not None:
-        try:
-            return prebuilt.result()
-        except Exception as exc:  # noqa: BLE001
-            log.info("the chunk built ahead failed (%s); building it again", exc)
-    return build()
-
-
-def _chunk_frame(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], bootstrap: str,
-                 url: str, generation: int):
-    """One chunk's rows, parsed by the entry: a DataFrame not yet run."""
-    return rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation))
-
-
-def _save_chunk(frame, args: BackfillArgs, url: str, generation: int) -> None:
-    (frame.write.format("streamfill_postgres")
-     .options(**sink_options(args.spec, args.job, args.table, args.mode, url, generation)).mode("append").save())
 
 
 def launch(args: BackfillArgs, master: str | None = None) -> Summary:

@@ -4,7 +4,7 @@ parser and checked by its one range check."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import accumulate
@@ -93,15 +93,16 @@ def remaining(window: Window, done: Positions) -> int:
     return sum(e - done[tp] for tp, (_, e) in window.bounds.items())
 
 
-def next_chunk(window: Window, done: Positions, chunk_size: int,
-               width: int | None = None) -> dict[TopicPartition, tuple[int, int]]:
+def next_chunk(window: Window, done: Positions, chunk_size: int, width: int | None = None,
+               busy: Collection[TopicPartition] = ()) -> dict[TopicPartition, tuple[int, int]]:
     """The next chunk: at most chunk_size offsets, shared across partitions in proportion to what is left
-    (the planner's admission control), only partitions with work left.
+    (the planner's admission control), only partitions with work left and not `busy` (read by a chunk still
+    being written: chunks in flight never share a partition, so they may commit in any order).
 
     With `width` (the tasks the cluster runs at once), a chunk reads only the `width` partitions with the most
     left (more when those hold less than a chunk): each partition is one task and one part table with a fixed
     cost, so a small chunk is one wave of larger tasks rather than a small task per partition."""
-    ends = {tp: e for tp, (_, e) in window.bounds.items() if e > done[tp]}
+    ends = {tp: e for tp, (_, e) in window.bounds.items() if e > done[tp] and tp not in busy}
     if width and len(ends) > width:
         by_left = sorted(ends, key=lambda tp: (done[tp] - ends[tp], tp))
         held = accumulate(ends[tp] - done[tp] for tp in by_left)  # what the first 1, 2, ... partitions hold

@@ -20,6 +20,7 @@ from offsets_db.store import OffsetStore
 from spark_jobs.pipelines import PipelineSpec
 from streamfill import durations
 from streamfill.errors import OptionError
+from streamfill.partitions import Positions, to_json_shape
 from streamfill.settings import Settings, get_settings
 
 console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
@@ -75,15 +76,19 @@ def job_session(app_name: str, master: str | None = None, settings: Settings | N
     return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
 
 
-def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str,
-                 generation: int | None = None) -> dict[str, str]:
+def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, generation: int | None = None,
+                 ends: Positions | None = None) -> dict[str, str]:
     """Valid rows to `table` with the entry's column types and key (columns it adds are added to the table),
     dead letters to offsets_db.dead_letters, offsets committed in the same transaction by the launch holding
-    the job (`generation`)."""
+    the job (`generation`), as the batch ending at `ends` (a backfill's chunk) when given."""
     types = {name: c.column_type.postgres for name, c in spec.columns.items()}
     options = {"table": table, "job": job, "mode": mode, "deadLetters": str(spec.dead_letters).lower(), "url": url,
                "keyColumns": ",".join(spec.key), "columnTypes": json.dumps(types), "evolveSchema": "true"}
-    return options if generation is None else {**options, "jobGeneration": str(generation)}
+    if generation is not None:
+        options["jobGeneration"] = str(generation)
+    if ends is not None:
+        options["endingOffsets"] = json.dumps(to_json_shape(ends))
+    return options
 
 
 def rows_of(spec: PipelineSpec, kafka):

@@ -53,7 +53,7 @@ from connectors.postgres.target import Column, Target
 from streamfill import failpoints
 from streamfill.errors import OptionError, SinkError
 from streamfill.names import parse_table, validate_job_name
-from streamfill.partitions import TopicPartition
+from streamfill.partitions import Positions, TopicPartition, from_json_shape
 
 if TYPE_CHECKING:  # the driver's and the commit's side (SQLAlchemy, offsets_db) is imported where it runs, so a
     # task's cold Python worker loads only what a task uses: psycopg2, pyarrow, pgpq
@@ -129,6 +129,7 @@ class SinkPlan:
     job: str | None
     own_stage: bool  # a stage of this write alone (a df.write, or no job): dropped after its commit
     generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
+    ends: Positions | None = None  # endingOffsets: the commit takes the batch planned to end there
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
     attach_min_rows: int = ATTACH_MIN_ROWS  # a task with fewer rows stages them (a table each costs more)
     # libpq's form of url and the connection's keywords, derived where the plan is made (the driver) and
@@ -185,6 +186,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         raise OptionError("publish", opts.get("publish"), "is not a way to publish rows",
                           "Use attach (a new table is partitioned and each task's rows are attached) or insert")
     generation = _generation(opts, job)
+    ends = _ending_offsets(opts, job, streaming)
     if job is not None and generation is None and not streaming and stage:  # a write, not prepare_table's check
         raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
                           "could not tell this write's batch from another launch's", "Take the job first and pass "
@@ -217,7 +219,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     finally:
         conn.close()
     ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
-    return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ranged=ranged,
+    return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ends=ends, ranged=ranged,
                     attach_min_rows=attach_min_rows)
 
 
@@ -229,6 +231,26 @@ def _generation(opts: dict, job: str | None) -> int | None:
         raise OptionError("jobGeneration", raw, "must be a positive whole number, with the job option",
                           "Leave it out (the source holds the job), or pass the generation of the launch's lease")
     return int(raw)
+
+
+def _ending_offsets(opts: dict, job: str | None, streaming: bool) -> Positions | None:
+    """`endingOffsets` of a bounded write with a job: {"topic": {"0": 123}}, the ends its read was given. The
+    commit takes the batch planned to end exactly there, so a launch may plan its next batch before this one
+    commits (without it, the commit takes the job's newest planned batch)."""
+    raw = opts.get("endingoffsets")
+    if raw is None:
+        return None
+    fix = 'Give the ends the read was given, as {"topic": {"0": 123}}, with the job option, on a df.write'
+    if job is None or streaming:
+        raise OptionError("endingOffsets", raw, "is for a bounded write with a job", fix)
+    try:
+        ends = from_json_shape(json.loads(raw))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise OptionError("endingOffsets", raw, "is not a JSON object of topics, partitions and offsets",
+                          fix) from None
+    if not ends or any(tp.partition < 0 or end < 0 for tp, end in ends.items()):
+        raise OptionError("endingOffsets", raw, "needs at least one partition, with offsets of 0 or more", fix)
+    return ends
 
 
 # the PostgreSQL types a `columnTypes` option may name (they are written into CREATE TABLE as they are)
@@ -506,7 +528,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
     writes = [m for m in messages if isinstance(m, StagedWrite)]
     ids = [w.write_id for w in writes]
     done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, writes),
-                                     spark_batch_id=spark_batch_id, generation=plan.generation)
+                                     spark_batch_id=spark_batch_id, generation=plan.generation, ends=plan.ends)
     _cleanup(plan, writes)
     if not done.replay:
         log.info("%s.%s: %d rows and %d dead letters from %d writes committed", plan.target.schema,

@@ -108,13 +108,25 @@ class KafkaDataSource(DataSource):
         return kafka_sink.KafkaStreamWriter(kafka_sink.parse(self.options, schema))
 
 
+_brokers: dict[frozenset, Broker] = {}
+
+
+def _broker(kafka: dict[str, str]) -> Broker:
+    """One admin client per configuration in this planning process (Spark keeps it for the next plan): a
+    backfill plans a read per chunk, and a new client's connection and first metadata cost about 40 ms."""
+    key = frozenset(kafka.items())
+    if key not in _brokers:
+        _brokers[key] = Broker(kafka)
+    return _brokers[key]
+
+
 class KafkaBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
         tracker = _tracker(self.opts, "backfill")  # with the launch's jobGeneration: it holds the job
-        plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, Broker(self.opts.kafka)))
+        plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, _broker(self.opts.kafka)))
         if tracker is not None:
             tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
         return [RangePartition(r) for r in plan.ranges]

@@ -109,27 +109,40 @@ def test_two_streams_of_one_job_with_different_checkpoints_one_runs_the_other_is
     assert_exactly_once(stack_settings.offsets_db_url, job, table, per_partition(2000))
 
 
-def _sink(table: str, job: str, generation: int | None, url: str):
-    """The sink's plan of one df.write (each chunk of a backfill is one, with a staging table of its own)."""
+def _sink(table: str, job: str, generation: int | None, url: str, ends: dict[str, dict[str, int]] | None = None):
+    """The sink's plan of one df.write (each chunk of a backfill is one, with a staging table of its own);
+    `ends`: the endingOffsets option, the batch the commit takes."""
     schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
                          StructField("offset", LongType()), StructField("v", StringType())])
     options = {"table": table, "job": job, "url": url, "keyColumns": "topic,partition,offset"}
     if generation is not None:
         options["jobGeneration"] = str(generation)
+    if ends is not None:
+        options["endingOffsets"] = json.dumps(ends)
     return postgres_sink._plan(options, schema, False, streaming=False)
 
 
-def _write(plan, topic: str, start: int, end: int) -> None:
-    """What Spark does with one chunk: a task stages its rows, the driver commits its message."""
-    batch = pa.record_batch({"topic": [topic] * (end - start), "partition": pa.array([0] * (end - start), pa.int32()),
+def _rows(plan, topic: str, start: int, end: int, partition: int = 0):
+    """What a task of one chunk does: it stages its rows and hands the driver their message."""
+    batch = pa.record_batch({"topic": [topic] * (end - start),
+                             "partition": pa.array([partition] * (end - start), pa.int32()),
                              "offset": pa.array(range(start, end), pa.int64()),
                              "v": [f"v{i}" for i in range(start, end)]})
-    message = postgres_sink._stage(plan, iter([batch]))
+    return postgres_sink._stage(plan, iter([batch]))
+
+
+def _commit(plan, message) -> None:
+    """What the driver does with a chunk's messages: commit, or abort on failure."""
     try:
         postgres_sink._commit(plan, [message], None)
     except BaseException:
         postgres_sink._abort(plan, [message])
         raise
+
+
+def _write(plan, topic: str, start: int, end: int, partition: int = 0) -> None:
+    """One chunk, staged and committed."""
+    _commit(plan, _rows(plan, topic, start, end, partition))
 
 
 def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_chunk(stack_settings, topic_name):
@@ -176,6 +189,45 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     d = store.hold(job, wait_s=120)
     assert d.generation == c.generation + 1
     d.release()
+
+
+def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_settings, topic_name):
+    """The backfill's pipeline, step by step and without Spark: chunks 1 (partition 0) and 2 (partition 1) are
+    both planned before either commits; each write names its ends, so each commit takes its own batch, the
+    second one first. A write naming ends no batch has, or rows outside its batch, commits nothing."""
+    url = stack_settings.offsets_db_url
+    store = OffsetStore(url)
+    job, table, topic = f"{topic_name}-fl", f"{topic_name}_fl", topic_name
+    store.ensure_job(job, "backfill")
+    lease = store.hold(job)
+    try:
+        store.record_planned(job, [PlannedRange(topic, 0, 0, 100)], generation=lease.generation)
+        store.record_planned(job, [PlannedRange(topic, 1, 0, 80)], generation=lease.generation)
+        one = _sink(table, job, lease.generation, url, {topic: {"0": 100}})
+        two = _sink(table, job, lease.generation, url, {topic: {"1": 80}})
+        staged_one = _rows(one, topic, 0, 100, partition=0)
+        _write(two, topic, 0, 80, partition=1)  # the later chunk commits first
+        assert store.snapshot(job) == {(topic, 1): 80}
+        with pytest.raises(ProtocolError, match=rf"no planned batch ending at {topic}-0: 90"):
+            _write(_sink(table, job, lease.generation, url, {topic: {"0": 90}}), topic, 0, 90)
+        with pytest.raises(ProtocolError, match=r"offsets 0\.\.79 are not batch 1's"):
+            _write(_sink(table, job, lease.generation, url, {topic: {"0": 100}}), topic, 0, 80, partition=1)
+        _commit(one, staged_one)
+        assert store.snapshot(job) == {(topic, 0): 100, (topic, 1): 80}
+        _write(_sink(table, job, lease.generation, url, {topic: {"0": 100}}), topic, 0, 100)  # a replay: no change
+        # two batches of one partition: the later one cannot commit before the one it follows
+        store.record_planned(job, [PlannedRange(topic, 0, 100, 150)], generation=lease.generation)
+        store.record_planned(job, [PlannedRange(topic, 0, 150, 200)], generation=lease.generation)
+        with pytest.raises(ProtocolError, match=rf"batch 4 starts at {topic}-0: 150, but the job stands at "
+                                                rf"{topic}-0: 100"):
+            _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
+        _write(_sink(table, job, lease.generation, url, {topic: {"0": 150}}), topic, 100, 150)
+        _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
+    finally:
+        lease.release()
+    with pytest.raises(OptionError, match="endingOffsets"):
+        _sink(table, job, 1, url, {topic: {"0": -5}})
+    assert_exactly_once(url, job, table, {0: 200, 1: 80})
 
 
 def _entry(tmp_path: Path, name: str, topic: str) -> Path:

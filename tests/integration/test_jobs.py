@@ -109,7 +109,10 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
             if (m.partition() == 0 and 100 <= m.offset() < 400) or (m.partition() == 1 and m.offset() >= 50)}
     assert landed(db, by_offsets.table, by_offsets.job)[2] == want
     assert summary.offsets == len(want) and summary.rows + summary.dead_letters == len(want)
-    assert summary.chunks == -(-len(want) // 250)
+    sizes = [n for (n,) in query(db, "SELECT sum(bo.end_offset - bo.start_offset) FROM batch_offsets bo JOIN batches "
+                                     "b ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND "
+                                     "b.committed_at IS NOT NULL GROUP BY b.id", j=by_offsets.job)]
+    assert summary.chunks == len(sizes) and sum(sizes) == len(want) and max(sizes) == 250, sizes
 
     # by times: records stamped in [base + 300, base + 900)
     iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731

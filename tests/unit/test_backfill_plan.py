@@ -129,6 +129,32 @@ def test_with_a_width_a_chunk_reads_the_partitions_with_most_left_and_covers_the
         "a third partition joins when the two with most left hold less than a chunk"
 
 
+def test_chunks_in_flight_never_share_a_partition_and_together_cover_the_window_once():
+    """Two chunks written at once (the backfill's pipeline): the next one avoids the busy partitions, and when only
+    busy ones have work left there is no next chunk until one of them commits."""
+    parts = [TopicPartition(T, p) for p in range(3)]
+    w = Window({tp: (0, 300) for tp in parts})
+    planned = progress(w, {})
+    flying: list[dict] = []
+    seen: list[tuple[TopicPartition, int]] = []
+    while True:
+        busy = {tp for c in flying for tp in c}
+        chunk = next_chunk(w, planned, 100, width=1, busy=busy)
+        if chunk and len(flying) < 2:
+            assert not busy & set(chunk), "a chunk in flight shares a partition with the next"
+            assert all(s == planned[tp] for tp, (s, _) in chunk.items())
+            planned.update({tp: e for tp, (_, e) in chunk.items()})
+            flying.append(chunk)
+            continue
+        if not flying:
+            break
+        for tp, (s, e) in flying.pop(0).items():  # the oldest commits
+            seen += [(tp, o) for o in range(s, e)]
+    assert sorted(seen) == sorted((tp, o) for tp, (s, e) in w.bounds.items() for o in range(s, e))
+    only_busy = {TopicPartition(T, 0): 0, TopicPartition(T, 1): 300, TopicPartition(T, 2): 300}
+    assert next_chunk(w, only_busy, 100, width=1, busy={TopicPartition(T, 0)}) == {}
+
+
 def test_demo_events_are_reproducible_and_bad_ones_are_realistic():
     first = list(events.records(500, 0.2, seed=3))
     again = list(events.records(500, 0.2, seed=3))

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 import typer
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from app.commands.offsets import parse_since
 from connectors.kafka.options import parse as parse_source
@@ -134,6 +134,24 @@ def test_kafka_sink_options():
     bad = StructType([StructField("value", IntegerType())])
     with pytest.raises(OptionError, match="option value='int'.*Cast it to string or binary"):
         kafka_sink.parse({"kafka.bootstrap.servers": "b:1", "topic": "t"}, bad)
+
+
+def test_postgres_sink_ending_offsets_name_the_batch_or_fail_before_connecting():
+    """endingOffsets (a backfill chunk's ends) is checked before the sink reaches PostgreSQL."""
+    from connectors.spark.postgres_sink import _plan
+
+    schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
+                         StructField("offset", LongType())])
+    base = {"table": "t", "job": "j", "jobGeneration": "1", "url": "postgresql://nobody@127.0.0.1:1/none"}
+    for raw, problem in (("{bad", "is not a JSON object"), ('["t"]', "is not a JSON object"),
+                         ('{"t": {"0": -1}}', "offsets of 0 or more"), ("{}", "at least one partition")):
+        with pytest.raises(OptionError, match=problem) as info:
+            _plan({**base, "endingOffsets": raw}, schema, False, streaming=False)
+        assert f"endingOffsets={raw!r}" in str(info.value) and '{"topic": {"0": 123}}' in str(info.value)
+    with pytest.raises(OptionError, match="is for a bounded write with a job"):
+        _plan({**base, "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=True)
+    with pytest.raises(OptionError, match="is for a bounded write with a job"):
+        _plan({"table": "t", "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=False)
 
 
 def test_since_takes_ages_and_iso_times():
