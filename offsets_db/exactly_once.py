@@ -195,6 +195,8 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
     have been planned by the launch that holds the job now (and by `generation`, the committing launch, when
     given): Fenced otherwise."""
     jid = job_id(s, job)
+    if ends is not None:  # a job's batches in flight commit one at a time, as its plans are recorded
+        s.execute(select(Job.id).where(Job.id == jid).with_for_update())
     current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
     last = _last_batch(s, jid, lock=True) if ends is None else _batch_ending_at(s, jid, ends)
     if last is None and ends is not None:

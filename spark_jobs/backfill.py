@@ -48,7 +48,7 @@ from streamfill.settings import get_settings
 log = logging.getLogger("streamfill.backfill")
 
 DEFAULT_CHUNK = 500_000
-IN_FLIGHT = 2  # chunks written at once: the next is planned while one's tasks run
+IN_FLIGHT = 2  # chunks written at once: one is planned or commits while the other's tasks run
 MODES = ("append-new", "replace")
 
 
@@ -249,11 +249,11 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
                   prep: Prepared, on_progress: Callable[[int, int], None] | None) -> dict[TopicPartition, int]:
     """Every chunk written and committed as a batch of its own; returns where the job stands.
 
-    Two chunks are in flight at once, on partitions they do not share: while one chunk's tasks run, the next
-    is built, planned and recorded (about 0.3 s of Spark's job cycle a chunk, which the tasks no longer wait
-    for) and its tasks start as the first one's end. Each write names its chunk's ends, so each commit takes its
-    own batch, in either order. A chunk reads half the task slots' worth of partitions, those with the most left;
-    one that nothing can run beside is split over every slot. After a failure no chunk starts; the one still in
+    Two chunks are in flight at once, on partitions they do not share, each reading half the task slots' worth
+    of partitions (those with the most left) in one task each: while one chunk is planned and recorded or
+    commits (about 0.3 s of Spark's job cycle a chunk), the other's tasks run, and the next chunk is started as
+    soon as one ends. Each write names its chunk's ends, so each commit takes its own batch, in either order. A
+    chunk that nothing can run beside is split over every slot. After a failure no chunk starts; the one still in
     flight ends (committed or not) before the failure is raised."""
     window, total = prep.window, prep.window.total
     cores = spark.sparkContext.defaultParallelism  # tasks Spark runs at once
@@ -292,8 +292,8 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
                         "committed; re-run the backfill to continue")
                 elif on_progress:
                     on_progress(total - remaining(window, done), total)
-    if failure is not None:
-        raise failure
+        if failure is not None:
+            raise failure  # inside the run's record: the run ends failed
     return progress(window, store.snapshot(args.job))
 
 
@@ -334,6 +334,7 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
 def launch(args: BackfillArgs, master: str | None = None) -> Summary:
     """The whole launch, as `streamfill backfill` and spark-submit run it: every check against the broker and
     offsets_db before Spark starts, a progress bar, a summary. A failure is one message and exit code 1."""
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from sqlalchemy.exc import OperationalError
@@ -364,7 +365,7 @@ def launch(args: BackfillArgs, master: str | None = None) -> Summary:
             summary = run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, advance)
     except (StreamfillError, ValueError) as exc:
         raise fail(exc) from None
-    except PySparkException as exc:
+    except (PySparkException, Py4JJavaError) as exc:  # the latter: a Spark error PySpark has no class for
         raise fail(StreamfillError(f"{first_lines(exc)}\nCommitted chunks stay committed; re-run the same command "
                                    "to continue")) from None
     finally:

@@ -24,6 +24,7 @@ PART_PREFIX = "_sf_part_"
 KEY = ("topic", "partition", "offset")
 MERGE_BELOW_ROWS = 2_000_000  # a partition with fewer rows is small
 MERGE_WHEN = 8  # small partitions of one Kafka partition before they are merged into one
+MERGE_LOCK_SPACE = 0x5F12  # advisory-lock key space of merges: (MERGE_LOCK_SPACE, hashtext('schema.table'))
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,25 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
                 lock_timeout: str = "10s") -> int:
     """Merge each Kafka partition's run of adjacent small partitions into one (at most one run per Kafka
     partition per call): copy their rows into a new sealed table, then swap it in in one short transaction.
-    Readers see the old partitions until the swap. Returns the partitions merged away."""
+    Readers see the old partitions until the swap. Returns the partitions merged away. One merge per table at a
+    time, whichever process commits into it: a second one returns 0 (two would pick the same run and one would
+    drop the table the other just attached)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+        locked = cur.fetchone()[0]
+    conn.commit()
+    if not locked:
+        return 0
+    try:
+        return _merge_runs(conn, schema, table, below_rows, when, lock_timeout)
+    finally:
+        conn.rollback()  # whatever a failure left open; the session's lock outlives it
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+        conn.commit()
+
+
+def _merge_runs(conn, schema: str, table: str, below_rows: int, when: int, lock_timeout: str) -> int:
     merged = 0
     with conn.cursor() as cur:
         runs = _runs(partitions(cur, schema, table), below_rows, when)

@@ -223,11 +223,30 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
             _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
         _write(_sink(table, job, lease.generation, url, {topic: {"0": 150}}), topic, 100, 150)
         _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
+        # ends must name every partition of the batch, no more and no fewer
+        store.record_planned(job, [PlannedRange(topic, 0, 200, 250), PlannedRange(topic, 1, 80, 130)],
+                             generation=lease.generation)
+        for partial in ({topic: {"0": 250}}, {topic: {"0": 250, "1": 130, "2": 10}}):
+            with pytest.raises(ProtocolError, match="no planned batch ending at"):
+                _write(_sink(table, job, lease.generation, url, partial), topic, 200, 250)
+        both = _sink(table, job, lease.generation, url, {topic: {"0": 250, "1": 130}})
+        postgres_sink._commit(both, [_rows(both, topic, 200, 250, partition=0),
+                                     _rows(both, topic, 80, 130, partition=1)], None)
+        # a launch that died left a batch pending; the next launch plans the same range again and commits it
+        store.record_planned(job, [PlannedRange(topic, 0, 250, 300)], generation=lease.generation)
+        store.record_planned(job, [PlannedRange(topic, 1, 130, 180)], generation=lease.generation)
     finally:
         lease.release()
+    again = store.hold(job)
+    try:
+        store.record_planned(job, [PlannedRange(topic, 0, 250, 300)], generation=again.generation)
+        _write(_sink(table, job, again.generation, url, {topic: {"0": 300}}), topic, 250, 300)
+    finally:
+        again.release()
     with pytest.raises(OptionError, match="endingOffsets"):
         _sink(table, job, 1, url, {topic: {"0": -5}})
-    assert_exactly_once(url, job, table, {0: 200, 1: 80})
+    assert store.snapshot(job) == {(topic, 0): 300, (topic, 1): 130}
+    assert_exactly_once(url, job, table, {0: 300, 1: 130})
 
 
 def _entry(tmp_path: Path, name: str, topic: str) -> Path:
@@ -252,14 +271,20 @@ def _cli(args: list[str], jobs: Path, env: dict | None = None) -> subprocess.Pop
                                  "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250", **(env or {})})
 
 
+def _backfill_of(tmp_path: Path, bootstrap: str, name: str, topic: str, partitions: int, records: int,
+                 chunk_size: int) -> tuple[Path, list[str]]:
+    """A topic of `records` JSON records spread over its partitions, its jobs file entry and backfill arguments."""
+    jobs = _entry(tmp_path, name, topic)
+    create_topic(bootstrap, topic, partitions)
+    produce(bootstrap, topic, [{"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % partitions}
+                               for i in range(records)])
+    return jobs, ["backfill", "--job", name, "--from", "earliest", "--to", "latest", "--chunk-size", str(chunk_size)]
+
+
 def test_the_same_backfill_started_twice_runs_once_the_second_is_refused_or_waits(stack_settings, bootstrap,
                                                                                    topic_name, tmp_path):
     name = f"twice_{topic_name}"
-    jobs = _entry(tmp_path, name, topic_name)
-    create_topic(bootstrap, topic_name, 2)
-    produce(bootstrap, topic_name, [{"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}
-                                    for i in range(2000)])
-    args = ["backfill", "--job", name, "--from", "earliest", "--to", "latest", "--chunk-size", "500"]
+    jobs, args = _backfill_of(tmp_path, bootstrap, name, topic_name, 2, 2000, 500)
     fp = tmp_path / "fp"
     first = _cli(args, jobs, pause_at(fp, "sink.staged", 2))
     waiting = None
@@ -286,6 +311,32 @@ def test_the_same_backfill_started_twice_runs_once_the_second_is_refused_or_wait
                 os.killpg(proc.pid, signal.SIGKILL)
     job = _backfill_job(stack_settings.offsets_db_url, name)
     assert_exactly_once(stack_settings.offsets_db_url, job, name, {0: 1000, 1: 1000})
+
+
+def test_a_chunk_that_fails_beside_another_fails_the_run_and_the_rerun_lands_each_offset_once(
+        stack_settings, bootstrap, topic_name, tmp_path):
+    """Two chunks in flight: the second commit's Python worker dies. The launch fails (exit code 1, its run
+    recorded failed) whatever the other chunk did; the re-run resumes and every offset lands once."""
+    name = f"fail_{topic_name}"
+    jobs, args = _backfill_of(tmp_path, bootstrap, name, topic_name, 3, 3000, 400)
+    crash = {"STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "2",
+             "STREAMFILL_FAILPOINT_ACTION": "exit", "STREAMFILL_FAILPOINT_DIR": str(tmp_path / "fp")}
+    out, _ = _cli(args, jobs, crash).communicate(timeout=600)
+    assert "Committed chunks stay committed" in out, out[-3000:]
+    url = stack_settings.offsets_db_url
+    job = _backfill_job(url, name)
+    again = _cli(args, jobs)
+    rest, _ = again.communicate(timeout=600)
+    assert again.returncode == 0 and "(resuming)" in rest, rest[-3000:]
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            runs = conn.execute(text("SELECT r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j "
+                                     "ORDER BY r.id"), {"j": job}).scalars().all()
+    finally:
+        engine.dispose()
+    assert runs == ["failed", "succeeded"], runs
+    assert_exactly_once(url, job, name, {0: 1000, 1: 1000, 2: 1000})
 
 
 _peeked: dict[int, str] = {}

@@ -271,6 +271,14 @@ def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db
             cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 's' || o FROM generate_series(10, 19) o")
                         .format(sql.Identifier(table)))
         conn.commit()
+        other = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
+        try:  # another process merging the same table: this one leaves it alone
+            with other.cursor() as cur:
+                cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))",
+                            (partitions.MERGE_LOCK_SPACE, f"public.{table}"))
+            assert partitions.merge_small(conn, "public", table, when=2) == 0
+        finally:
+            other.close()
         assert partitions.merge_small(conn, "public", table, when=2) == 2
     finally:
         conn.close()
