@@ -7,7 +7,8 @@
 2. pending batch: the sink's commit takes the job's newest planned batch, locked (`pending_batch`); None when
    it is already committed (a replay: the sink drops what it staged). It must be its own launch's batch. A
    bounded write that names where its batch ends (the backfill's, which plans the next chunk while one is
-   written) takes the newest batch ending exactly there instead, so a job may hold two pending batches.
+   written) takes the newest batch ending exactly there instead, so a job may hold two pending batches; those
+   commits take a per-job advisory lock, so they run one at a time while the job's plans go on.
 3. commit: `commit_batch` opens ONE transaction, finds the pending batch, checks that the staged rows are that
    batch's (their offsets lie in its ranges), hands the cursor to the sink to move exactly the rows it staged
    (the sink checks their count), moves the staged dead letters, marks the batch committed and moves the job's
@@ -41,6 +42,8 @@ from streamfill.names import validate_job_name
 from streamfill.partitions import Positions, TopicPartition
 
 log = logging.getLogger("streamfill.exactly_once")
+
+COMMIT_LOCK_SPACE = 0x5F13  # advisory-lock key space of a job's commits by ends: (COMMIT_LOCK_SPACE, job id)
 
 @dataclass(frozen=True)
 class PlannedRange:
@@ -195,8 +198,8 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
     have been planned by the launch that holds the job now (and by `generation`, the committing launch, when
     given): Fenced otherwise."""
     jid = job_id(s, job)
-    if ends is not None:  # a job's batches in flight commit one at a time, as its plans are recorded
-        s.execute(select(Job.id).where(Job.id == jid).with_for_update())
+    if ends is not None:  # a job's batches in flight commit one at a time; its plans are not held up
+        s.execute(select(func.pg_advisory_xact_lock(COMMIT_LOCK_SPACE, jid)))
     current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
     last = _last_batch(s, jid, lock=True) if ends is None else _batch_ending_at(s, jid, ends)
     if last is None and ends is not None:

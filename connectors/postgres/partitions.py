@@ -184,10 +184,13 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
     try:
         return _merge_runs(conn, schema, table, below_rows, when, lock_timeout)
     finally:
-        conn.rollback()  # whatever a failure left open; the session's lock outlives it
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
-        conn.commit()
+        try:
+            conn.rollback()  # whatever a failure left open; the session's lock outlives it
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+            conn.commit()
+        except psycopg2.Error:  # the connection is gone, and its lock with it
+            pass
 
 
 def _merge_runs(conn, schema: str, table: str, below_rows: int, when: int, lock_timeout: str) -> int:

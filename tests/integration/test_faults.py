@@ -22,7 +22,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from sqlalchemy import create_engine, text
 
 from connectors.spark import postgres_sink
-from offsets_db.exactly_once import PlannedRange
+from offsets_db.exactly_once import COMMIT_LOCK_SPACE, PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
@@ -230,8 +230,26 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
             with pytest.raises(ProtocolError, match="no planned batch ending at"):
                 _write(_sink(table, job, lease.generation, url, partial), topic, 200, 250)
         both = _sink(table, job, lease.generation, url, {topic: {"0": 250, "1": 130}})
-        postgres_sink._commit(both, [_rows(both, topic, 200, 250, partition=0),
-                                     _rows(both, topic, 80, 130, partition=1)], None)
+        staged = [_rows(both, topic, 200, 250, partition=0), _rows(both, topic, 80, 130, partition=1)]
+        # while another commit of the job runs (holding its commit lock), this one waits, then commits
+        engine = create_engine(url)
+        other = engine.connect()
+        jid = other.execute(text("SELECT id FROM jobs WHERE name = :j"), {"j": job}).scalar_one()
+        other.execute(text("SELECT pg_advisory_lock(:space, :jid)"), {"space": COMMIT_LOCK_SPACE, "jid": jid})
+        waiting = threading.Thread(target=postgres_sink._commit, args=(both, staged, None))
+        waiting.start()
+        deadline = time.monotonic() + 120
+        while not other.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                                     "AND classid = :space AND objid = :jid"),
+                                {"space": COMMIT_LOCK_SPACE, "jid": jid}).scalar():
+            assert waiting.is_alive() and time.monotonic() < deadline, "the commit did not wait for the other one"
+            time.sleep(0.05)
+        assert store.snapshot(job) == {(topic, 0): 200, (topic, 1): 80}
+        other.execute(text("SELECT pg_advisory_unlock(:space, :jid)"), {"space": COMMIT_LOCK_SPACE, "jid": jid})
+        other.close()
+        engine.dispose()
+        waiting.join(timeout=120)
+        assert store.snapshot(job) == {(topic, 0): 250, (topic, 1): 130}
         # a launch that died left a batch pending; the next launch plans the same range again and commits it
         store.record_planned(job, [PlannedRange(topic, 0, 250, 300)], generation=lease.generation)
         store.record_planned(job, [PlannedRange(topic, 1, 130, 180)], generation=lease.generation)
