@@ -222,10 +222,9 @@ def main() -> None:
         console.print(f"targets: commit overhead <= {TARGET_MS['commit']:.0f} ms median at 64 partitions; "
                       f"each view query <= {TARGET_MS['view']:.0f} ms")
     finally:
-        from connectors.spark import postgres_sink
+        from offsets_db.engine import dispose_shared
 
-        for engine in postgres_sink._engines.values():
-            engine.dispose()
+        dispose_shared()
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
         admin.dispose()

@@ -10,3 +10,21 @@ from streamfill.pg import connect_args
 
 def make_engine(url: str, **kwargs) -> Engine:
     return create_engine(url, connect_args=connect_args(), pool_pre_ping=True, **kwargs)
+
+
+_shared: dict[str, Engine] = {}
+
+
+def shared_engine(url: str) -> Engine:
+    """One engine per database in this process, for Spark's Python workers that plan or commit batch after
+    batch (the source's plans, the sink's commits): each reuses its connection instead of opening one per batch.
+    Two pooled connections: a lease keeps one for the launch's life (`fencing.acquire`), the work uses the other."""
+    if url not in _shared:
+        _shared[url] = make_engine(url, pool_size=2)
+    return _shared[url]
+
+
+def dispose_shared() -> None:
+    """Close the shared engines' connections (a benchmark dropping its scratch database)."""
+    for engine in _shared.values():
+        engine.dispose()

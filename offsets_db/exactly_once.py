@@ -215,13 +215,13 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
                      "the batch again")
     if ends is not None or s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
         # the batch starts where the job stands (design §3), but where data loss moved its start
-        lost = set(s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
-                             .where(DataLossEvent.batch_id == last.id)).tuples())
+        lost = {tuple(r) for r in s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
+                                            .where(DataLossEvent.batch_id == last.id))}
         begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items() if (tp.topic, tp.partition) not in lost}
         snap = _snapshot(s, jid)
         if snap and not _agrees(begins, snap) and ends is None:
             raise CheckpointMismatch(job, begins, snap)
-        if snap and not _agrees(begins, snap):
+        if snap and not _agrees(begins, snap):  # a batch in flight (by ends) whose predecessor did not commit
             raise ProtocolError(f"job {job!r}: batch {last.seq} starts at {_shape(begins)}, but the job stands at "
                                 f"{_shape({tp: snap[tp] for tp in begins if tp in snap})}: a batch before it on "
                                 "those partitions has not committed. Nothing is committed; commit that batch first")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,8 +43,6 @@ from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
-
-log = logging.getLogger("streamfill.backfill")
 
 DEFAULT_CHUNK = 500_000
 IN_FLIGHT = 2  # chunks written at once: one is planned or commits while the other's tasks run

@@ -57,8 +57,6 @@ from streamfill.partitions import Positions, TopicPartition, from_json_shape
 
 if TYPE_CHECKING:  # the driver's and the commit's side (SQLAlchemy, offsets_db) is imported where it runs, so a
     # task's cold Python worker loads only what a task uses: psycopg2, pyarrow, pgpq
-    from sqlalchemy import Engine
-
     from offsets_db.exactly_once import StagedDeadLetters
 
 log = logging.getLogger("streamfill.postgres_sink")
@@ -409,18 +407,6 @@ def _write_ids(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
     return [m.write_id for m in messages if isinstance(m, StagedWrite)]
 
 
-_engines: dict[str, Engine] = {}
-
-
-def _engine(url: str) -> Engine:
-    """One pool per database in this Python process: a micro-batch commit should not pay for a new connection."""
-    from offsets_db.engine import make_engine
-
-    if url not in _engines:
-        _engines[url] = make_engine(url, pool_size=1)
-    return _engines[url]
-
-
 @dataclass(frozen=True)
 class _Staged:
     """This batch's staged rows, as the protocol's commit moves them."""
@@ -523,11 +509,12 @@ def _merge_later(plan: SinkPlan) -> None:
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
     from connectors.spark.tracking import mirror_to_group
     from offsets_db import exactly_once
+    from offsets_db.engine import shared_engine
 
     failpoints.hit("sink.staged")
     writes = [m for m in messages if isinstance(m, StagedWrite)]
     ids = [w.write_id for w in writes]
-    done = exactly_once.commit_batch(_engine(plan.url), plan.job, _Staged(plan, writes),
+    done = exactly_once.commit_batch(shared_engine(plan.url), plan.job, _Staged(plan, writes),
                                      spark_batch_id=spark_batch_id, generation=plan.generation, ends=plan.ends)
     _cleanup(plan, writes)
     if not done.replay:

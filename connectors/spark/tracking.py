@@ -6,12 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from sqlalchemy import Engine
-
 from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan
 from connectors.kafka.options import SourceOptions
-from offsets_db.engine import make_engine
+from offsets_db.engine import shared_engine
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
@@ -46,17 +44,6 @@ def mirror_to_group(config: Mapping, positions: Positions) -> None:
         log.warning("offsets not mirrored to consumer group %s: %s", target["group"], exc)
 
 
-_engines: dict[str, Engine] = {}
-
-
-def _engine(url: str) -> Engine:
-    """One engine (and its pool) per offsets_db in this planning process, which Spark keeps for the next
-    plan: a backfill records a plan per chunk."""
-    if url not in _engines:
-        _engines[url] = make_engine(url)
-    return _engines[url]
-
-
 class JobTracker:
     """Driver-side only; built lazily so the reader pickles without a database connection.
 
@@ -74,7 +61,7 @@ class JobTracker:
     @property
     def store(self) -> OffsetStore:
         if self._store is None:
-            store = OffsetStore(_engine(self.url))
+            store = OffsetStore(shared_engine(self.url))  # the planning process keeps it for the next plan
             store.ensure_job(self.job, self.kind, self.config)
             if self.generation is None:
                 self._lease = store.hold(self.job, wait_s=self.wait_ms / 1000,
