@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from connectors.kafka.writer import write_batches
+from connectors.spark import worker_gc
 from streamfill.errors import OptionError
 
 # set by the sink itself
@@ -77,6 +78,7 @@ def parse(options: dict, schema: StructType) -> KafkaSinkOptions:
 
 
 def _write(opts: KafkaSinkOptions, batches: Iterator[pa.RecordBatch]) -> Sent:
+    worker_gc.settle()
     tx_id = None
     if opts.transactional_prefix:
         # the same id for every attempt of this task partition: a retry fences the attempt before it

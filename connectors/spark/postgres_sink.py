@@ -50,6 +50,7 @@ from pyspark.sql.types import (
 from connectors.postgres import copy, partitions, target
 from connectors.postgres.partitions import Part
 from connectors.postgres.target import Column, Target
+from connectors.spark import worker_gc
 from streamfill import failpoints
 from streamfill.errors import OptionError, SinkError
 from streamfill.names import parse_table, validate_job_name
@@ -152,6 +153,7 @@ def prepare_table(options: dict, schema: StructType) -> None:
 
 
 def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool, stage: bool = True) -> SinkPlan:
+    worker_gc.settle()
     opts = {k.lower(): v for k, v in options.items()}
     if overwrite:
         raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
@@ -300,6 +302,7 @@ def _require_offsets_db(conn, url: str) -> None:
 def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
     """One task attempt under a fresh write id: valid rows of one Kafka partition into a part of their own when
     the target is partitioned (`partitions`), every other row into the staging table, each by one binary COPY."""
+    worker_gc.settle()
     write_id = uuid.uuid4().hex
     seen = {"rows": 0}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
@@ -511,6 +514,7 @@ def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spar
     from offsets_db import exactly_once
     from offsets_db.engine import shared_engine
 
+    worker_gc.settle()  # after the imports above: the first commit in a worker loads the protocol
     failpoints.hit("sink.staged")
     writes = [m for m in messages if isinstance(m, StagedWrite)]
     ids = [w.write_id for w in writes]

@@ -30,6 +30,7 @@ from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
 from connectors.kafka.options import SourceOptions
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
+from connectors.spark import worker_gc
 from streamfill import failpoints
 from streamfill.errors import DataLossError
 from streamfill.partitions import from_json_shape, to_json_shape
@@ -73,6 +74,7 @@ def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Pla
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    worker_gc.settle()
     # an empty plan reaches the task as a bare InputPartition with no range
     if isinstance(partition.value, OffsetRange):
         yield from read_range(partition.value, opts.kafka, include_headers=opts.include_headers,
@@ -88,6 +90,7 @@ class KafkaDataSource(DataSource):
         return "streamfill_kafka"
 
     def schema(self) -> str:
+        worker_gc.settle()
         include = str(self.options.get("includeHeaders", "false")).lower() == "true"
         return SCHEMA + (HEADERS if include else "")
 
@@ -125,6 +128,7 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        worker_gc.settle()
         tracker = _tracker(self.opts, "backfill")  # with the launch's jobGeneration: it holds the job
         plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, _broker(self.opts.kafka)))
         if tracker is not None:

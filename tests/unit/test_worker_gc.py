@@ -1,0 +1,43 @@
+"""The freeze that spares Spark's reused Python workers a full collection of their imports after every call."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+
+import pytest
+
+from connectors.spark import worker_gc
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Each test starts with nothing frozen and no freeze remembered, and leaves it that way."""
+    gc.unfreeze()
+    monkeypatch.setattr(worker_gc, "_modules_at_freeze", 0)
+    yield
+    gc.unfreeze()
+
+
+def test_outside_a_reused_worker_nothing_is_frozen(fresh, monkeypatch):
+    monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
+    worker_gc.settle()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_reused_worker_freezes_once_and_again_only_after_new_imports(fresh, monkeypatch):
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    worker_gc.settle()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+
+    kept = [[i] for i in range(1000)]  # tracked objects made by a task, not by an import
+    worker_gc.settle()
+    assert gc.get_freeze_count() == frozen, "a call that loaded no module must not freeze a task's objects"
+
+    monkeypatch.setitem(sys.modules, "streamfill_test_new_module", types.ModuleType("streamfill_test_new_module"))
+    worker_gc.settle()
+    assert gc.get_freeze_count() >= frozen + len(kept)
