@@ -189,8 +189,8 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
             conn.commit()
-        except psycopg2.Error:  # the connection is gone, and its lock with it
-            pass
+        except psycopg2.Error:  # ending the session releases its lock, wherever the connection is kept
+            conn.close()
 
 
 def _merge_runs(conn, schema: str, table: str, below_rows: int, when: int, lock_timeout: str) -> int:

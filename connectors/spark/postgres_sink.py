@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.postgres import copy, partitions, target
+from connectors.postgres import copy, kept, partitions, target
 from connectors.postgres.partitions import Part
 from connectors.postgres.target import Column, Target
 from connectors.spark import worker_gc
@@ -143,7 +143,8 @@ class SinkPlan:
         object.__setattr__(self, "connect_kw", tuple(connect_args().items()))
 
     def connect(self):
-        return psycopg2.connect(self.conninfo, **dict(self.connect_kw))
+        """A connection this worker kept from an earlier call, or a new one; give it back with kept.release."""
+        return kept.connect(self.conninfo, **dict(self.connect_kw))
 
 
 def prepare_table(options: dict, schema: StructType) -> None:
@@ -204,7 +205,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     own_stage = job is None or not streaming
     owner = f"{job or 'write'}-{uuid.uuid4().hex}" if own_stage else job
     try:
-        conn = psycopg2.connect(dsn(url), **connect_args())
+        conn = kept.connect(dsn(url), **connect_args())
     except psycopg2.OperationalError as exc:
         raise SinkError(f"cannot connect to PostgreSQL at {make_url(url).render_as_string()}: "
                         f"{str(exc).strip()}. Start it (streamfill stack up) or fix the url option / "
@@ -217,7 +218,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         if stage:
             target.create_stage(conn, tgt, "write" if own_stage else "stream", PgSettings().stage_orphan_after_s)
     finally:
-        conn.close()
+        kept.release(conn)
     ranged = job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
     return SinkPlan(url, tgt, mode, job, own_stage=own_stage, generation=generation, ends=ends, ranged=ranged,
                     attach_min_rows=attach_min_rows)
@@ -333,7 +334,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                 _copy_stage(cur, plan, write_id, itertools.chain(head, rows))
         conn.commit()
     finally:
-        conn.close()
+        kept.release(conn)
     return StagedWrite(write_id, seen["rows"], offsets, parts)
 
 
@@ -465,7 +466,7 @@ def _cleanup(plan: SinkPlan, writes: Sequence[StagedWrite]) -> None:
         return
     try:
         with conn.cursor() as cur:
-            cur.execute("SET lock_timeout = '5s'")
+            cur.execute("SET LOCAL lock_timeout = '5s'")
             if plan.own_stage:
                 target.drop_stage(cur, plan.target)
             else:
@@ -478,7 +479,7 @@ def _cleanup(plan: SinkPlan, writes: Sequence[StagedWrite]) -> None:
         log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.target.stage,
                     str(exc).strip())
     finally:
-        conn.close()
+        kept.release(conn)
 
 
 _merging: dict[tuple[str, str, str], threading.Thread] = {}
@@ -500,7 +501,7 @@ def _merge_later(plan: SinkPlan) -> None:
                 if merged:
                     log.info("%s.%s: %d small partitions merged", plan.target.schema, plan.target.table, merged)
             finally:
-                conn.close()
+                kept.release(conn)
         except psycopg2.Error as exc:
             log.warning("%s.%s: merging partitions put off (%s)", plan.target.schema, plan.target.table,
                         str(exc).strip())
@@ -546,7 +547,7 @@ def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> No
                                                                  if isinstance(m, StagedWrite) for p in m.parts])
         conn.commit()
     finally:
-        conn.close()
+        kept.release(conn)
 
 
 class PostgresBatchWriter(DataSourceArrowWriter):

@@ -329,3 +329,44 @@ def test_a_new_table_is_partitioned_and_each_tasks_rows_are_attached_overlaps_ar
     assert scalar(db, f'SELECT count(DISTINCT (partition, "offset")) FROM "{table}"') == 400
     assert scalar(db, f'SELECT string_agg(convert_from(value, \'UTF8\'), \',\' ORDER BY "offset") FROM "{table}" '
                       'WHERE partition = 0 AND "offset" < 3') == "v0,v2,v4"
+
+
+def test_a_worker_keeps_only_idle_connections_and_replaces_one_the_server_ended(db):
+    """The sink's connections outlive one call of a reused Python worker only when nothing of the call stays
+    open on them, and a kept connection the server ended is never handed out."""
+    from connectors.postgres import kept
+    from connectors.spark.postgres_sink import dsn
+
+    conninfo = dsn(str(db.url.render_as_string(hide_password=False)))
+    kept.close_all()
+    try:
+        first = kept.connect(conninfo)
+        with first.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '1s'")
+        first.commit()
+        kept.release(first)
+        again = kept.connect(conninfo)
+        assert again is first, "an idle connection is kept for the next call"
+
+        with again.cursor() as cur:
+            cur.execute("SELECT 1")  # a transaction left open
+        kept.release(again)
+        assert again.closed, "a connection inside a transaction is closed, not kept"
+
+        fresh = kept.connect(conninfo)
+        with fresh.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            pid = cur.fetchone()[0]
+        fresh.commit()
+        kept.release(fresh)
+        with db.connect() as conn:
+            assert conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        replaced = kept.connect(conninfo)
+        assert replaced is not fresh and fresh.closed
+        with replaced.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            assert cur.fetchone()[0] != pid
+        replaced.commit()
+        kept.release(replaced)
+    finally:
+        kept.close_all()

@@ -1,0 +1,77 @@
+"""Connections a process keeps between the calls Spark makes into it.
+
+Spark reuses its Python workers: one plans each chunk's write, one commits it, others run its tasks. Opening a
+connection for each call cost each a new server process and its catalog caches, about five per backfill chunk;
+a kept connection is checked with one round trip instead. Only a connection that is idle (nothing open, nothing
+held) is kept, so no transaction, lock or setting of one call reaches the next.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import psycopg2
+from psycopg2 import extensions
+
+KEEP = 2  # idle connections kept per database and process: a commit and the merge it started overlap
+
+
+class KeptConnection(extensions.connection):
+    """A psycopg2 connection that knows where it is kept."""
+
+    key: tuple = ()
+
+
+_idle: dict[tuple, list[KeptConnection]] = {}
+_lock = threading.Lock()
+
+
+def _key(conninfo: str, kw: dict) -> tuple:
+    # the pid: a forked child must never use (or close, which ends the session) its parent's connections
+    return os.getpid(), conninfo, tuple(sorted(kw.items()))
+
+
+def connect(conninfo: str, **kw) -> KeptConnection:
+    """A kept connection to this database that still answers, else a new one (psycopg2.connect's errors)."""
+    key = _key(conninfo, kw)
+    while True:
+        with _lock:
+            idle = _idle.get(key)
+            conn = idle.pop() if idle else None
+        if conn is None:
+            conn = psycopg2.connect(conninfo, connection_factory=KeptConnection, **kw)
+            conn.key = key
+            return conn
+        try:
+            conn.autocommit = True  # the check opens no transaction
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            conn.autocommit = False
+            return conn
+        except psycopg2.Error:  # the server ended it (a restart, an idle timeout): try the next one
+            conn.close()
+
+
+def release(conn) -> None:
+    """Keep `conn` for the next call if it is idle and there is room, else close it. Use instead of close()."""
+    key = getattr(conn, "key", ())
+    idle_now = (not conn.closed and key and key[0] == os.getpid()
+                and conn.get_transaction_status() == extensions.TRANSACTION_STATUS_IDLE)
+    if idle_now:
+        with _lock:
+            idle = _idle.setdefault(key, [])
+            if len(idle) < KEEP:
+                idle.append(conn)
+                return
+    conn.close()
+
+
+def close_all() -> None:
+    """Close this process's kept connections (a test or benchmark dropping its database)."""
+    with _lock:
+        conns = [c for k, v in _idle.items() if k[0] == os.getpid() for c in v]
+        for k in [k for k in _idle if k[0] == os.getpid()]:
+            del _idle[k]
+    for conn in conns:
+        conn.close()
