@@ -56,9 +56,9 @@ def connect(conninfo: str, **kw) -> KeptConnection:
 def release(conn) -> None:
     """Keep `conn` for the next call if it is idle and there is room, else close it. Use instead of close()."""
     key = getattr(conn, "key", ())
-    idle_now = (not conn.closed and key and key[0] == os.getpid()
-                and conn.get_transaction_status() == extensions.TRANSACTION_STATUS_IDLE)
-    if idle_now:
+    if key and key[0] != os.getpid():
+        return  # inherited through a fork: closing it would end the parent's session
+    if not conn.closed and key and conn.get_transaction_status() == extensions.TRANSACTION_STATUS_IDLE:
         with _lock:
             idle = _idle.setdefault(key, [])
             if len(idle) < KEEP:
