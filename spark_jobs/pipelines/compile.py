@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
@@ -37,7 +37,7 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
                             F.lit(None).cast("string").alias("_error"),
                             F.lit(None).cast("binary").alias("_raw"))
     cols = _columns(spec)
-    return check(kafka, spec).select(*cols.rows).select(*cols.out)
+    return cols.select(cols.select(check(kafka, spec), "rows"), "out")
 
 
 def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
@@ -46,7 +46,7 @@ def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     if spec.format == "avro":
         kafka = decode_avro(kafka, spec)
     cols = _columns(spec)
-    return kafka.select(*cols.base).select("*", *cols.typed).select(*cols.checked)
+    return cols.select(cols.select(cols.select(kafka, "base"), "typed"), "checked")
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,26 @@ class _Projections:
     2,800 calls into the JVM, 0.25 s of the driver's time per chunk)."""
 
     base: tuple[SparkColumn, ...]  # Kafka's coordinates, the value parsed as JSON text
-    typed: tuple[SparkColumn, ...]  # each column typed once: _c_NAME = struct(raw, v)
+    typed: tuple[SparkColumn | str, ...]  # every column so far, and each column typed once: _c_NAME = struct(raw, v)
     checked: tuple[SparkColumn | str, ...]  # typed values and the first rule broken (_error)
     rows: tuple[SparkColumn | str, ...]  # a dead letter's typed values cleared
     out: tuple[SparkColumn | str, ...]  # derived columns and _raw
+    # projection -> the JVM's Seq of its columns, made on first use: PySpark's select sends each column (and each
+    # column name) to the JVM in calls of its own, about 90 round trips of py4j per chunk for these projections
+    _java: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def select(self, df: DataFrame, projection: str) -> DataFrame:
+        """df.select(*<projection>), the projection's columns sent to the JVM once per entry and session."""
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+        cols = getattr(self, projection)
+        if not isinstance(df, ClassicDataFrame):  # Spark Connect: no JVM in this process
+            return df.select(*cols)
+        if projection not in self._java:
+            from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+            self._java[projection] = _to_seq(df.sparkSession.sparkContext, cols, _to_java_column)
+        return ClassicDataFrame(df._jdf.select(self._java[projection]), df.sparkSession)
 
 
 _built: dict[tuple[object, str], _Projections] = {}  # (the JVM's gateway, the entry's parse fields) -> columns
@@ -91,9 +107,9 @@ def _projections(spec: PipelineSpec) -> _Projections:
             F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("j"),
             *exact, *([F.col("_avro_error")] if spec.format == "avro" else []))
     # typed once, in a projection of their own, so each cast is computed once
-    typed = tuple(F.struct(_raw_field(c.field or name).alias("raw"),
+    typed = ("*", *(F.struct(_raw_field(c.field or name).alias("raw"),
                            _typed(_raw_field(c.field or name), c, c.field or name).alias("v")).alias(f"_c_{name}")
-                  for name, c in spec.columns.items())
+                    for name, c in spec.columns.items()))
     checked = ("topic", "partition", "offset", "kafka_timestamp",
                *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns], _first_error(spec).alias("_error"),
                "_original")
