@@ -68,7 +68,7 @@ def release(conn) -> None:
 
 
 def close_all() -> None:
-    """Close this process's kept connections (a test or benchmark dropping its database)."""
+    """Close this process's kept connections (a test that starts from none)."""
     with _lock:
         conns = [c for k, v in _idle.items() if k[0] == os.getpid() for c in v]
         for k in [k for k in _idle if k[0] == os.getpid()]:

@@ -37,7 +37,7 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
                             F.lit(None).cast("string").alias("_error"),
                             F.lit(None).cast("binary").alias("_raw"))
     cols = _columns(spec)
-    return cols.select(cols.select(check(kafka, spec), "rows"), "out")
+    return cols.select(check(kafka, spec), "rows", "out")
 
 
 def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
@@ -46,7 +46,7 @@ def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     if spec.format == "avro":
         kafka = decode_avro(kafka, spec)
     cols = _columns(spec)
-    return cols.select(cols.select(cols.select(kafka, "base"), "typed"), "checked")
+    return cols.select(kafka, "base", "typed", "checked")
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,22 @@ class _Projections:
     # column name) to the JVM in calls of its own, about 90 round trips of py4j per chunk for these projections
     _java: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
-    def select(self, df: DataFrame, projection: str) -> DataFrame:
-        """df.select(*<projection>), the projection's columns sent to the JVM once per entry and session."""
+    def select(self, df: DataFrame, *projections: str) -> DataFrame:
+        """df.select(*<projection>) for each projection in turn, its columns sent to the JVM once per entry and
+        session."""
         from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-        cols = getattr(self, projection)
-        if not isinstance(df, ClassicDataFrame):  # Spark Connect: no JVM in this process
-            return df.select(*cols)
-        if projection not in self._java:
-            from pyspark.sql.classic.column import _to_java_column, _to_seq
+        for projection in projections:
+            cols = getattr(self, projection)
+            if not isinstance(df, ClassicDataFrame):  # Spark Connect: no JVM in this process
+                df = df.select(*cols)
+                continue
+            if projection not in self._java:
+                from pyspark.sql.classic.column import _to_java_column, _to_seq
 
-            self._java[projection] = _to_seq(df.sparkSession.sparkContext, cols, _to_java_column)
-        return ClassicDataFrame(df._jdf.select(self._java[projection]), df.sparkSession)
+                self._java[projection] = _to_seq(df.sparkSession.sparkContext, cols, _to_java_column)
+            df = ClassicDataFrame(df._jdf.select(self._java[projection]), df.sparkSession)
+        return df
 
 
 _built: dict[tuple[object, str], _Projections] = {}  # (the JVM's gateway, the entry's parse fields) -> columns
