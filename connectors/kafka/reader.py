@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import gc
 import logging
-import operator
 import time
-from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from itertools import chain
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message
@@ -40,9 +40,13 @@ BATCH_SIZE = 20_000
 # read one 450,000-record range alike, a small range reads fastest with little over-fetch (librdkafka fetches and
 # decompresses past the range's end: 25,000 records in 67 ms at 2 MiB, 138 ms at 16 MiB), and one consumer of
 # four partitions read 929,730 records/s at 2 MiB against 760,289 at 16 MiB (bench/read_throughput.py).
+# A range that ends at the log's end leaves a fetch at that end in flight, which the broker holds for
+# fetch.wait.max.ms (500 ms by default) when no record comes, and librdkafka sends the next task's first fetch
+# only after it: the reused consumer's next range waited 270 to 480 ms for its first records, about half of a
+# 500,000-record task. At 50 ms a read of 2,000,000 records in 4 tasks on 2 cores took 1.39 s instead of 1.78.
 # kafka.* options override these.
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
-                  "fetch.queue.backoff.ms": "10"}
+                  "fetch.queue.backoff.ms": "10", "fetch.wait.max.ms": "50"}
 _consumers: dict[frozenset, Consumer] = {}
 
 
@@ -132,24 +136,25 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, kafka: Mapping[str, str],
-              fail_on_data_loss: bool) -> tuple[list, list[int], int]:
-    """The messages of one consume() in [next_offset, r.end), their offsets, and the offset to read next."""
+              fail_on_data_loss: bool) -> tuple[list, np.ndarray, int]:
+    """The messages of one consume() in [next_offset, r.end), their offsets (int64), and the offset to read next."""
     if msgs and not any(map(Message.error, msgs)):
-        offsets = list(map(Message.offset, msgs))
-        if all(map(operator.lt, offsets, offsets[1:])):
+        offsets = np.fromiter(map(Message.offset, msgs), np.int64, len(msgs))
+        if (offsets[1:] > offsets[:-1]).all():
             # the common case, without a Python step per record: offsets ascend, so two bisects find the range
-            first, stop = bisect_left(offsets, next_offset), bisect_left(offsets, r.end)
+            first, stop = (int(i) for i in np.searchsorted(offsets, (next_offset, r.end)))
             if first >= stop:
-                return [], [], next_offset
+                return [], offsets[:0], next_offset
             if offsets[first] > next_offset:
-                _check_gap(consumer, r, next_offset, offsets[first], kafka, fail_on_data_loss)
-            return msgs[first:stop], offsets[first:stop], offsets[stop - 1] + 1
+                _check_gap(consumer, r, next_offset, int(offsets[first]), kafka, fail_on_data_loss)
+            return msgs[first:stop], offsets[first:stop], int(offsets[stop - 1]) + 1
     rows, offsets = [], []
     for m in msgs:
         err = m.error()
         if err is not None:
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                return rows, offsets, _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
+                resume = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
+                return rows, np.array(offsets, np.int64), resume
             raise BrokerError(f"reading {r.topic}-{r.partition} from bootstrap servers "
                               f"{kafka.get('bootstrap.servers')}: {err.str()}")
         off = m.offset()
@@ -162,7 +167,7 @@ def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, 
         rows.append(m)
         offsets.append(off)
         next_offset = off + 1
-    return rows, offsets, next_offset
+    return rows, np.array(offsets, np.int64), next_offset
 
 
 def _watermarks(consumer: Consumer, r: OffsetRange, kafka: Mapping[str, str]) -> tuple[int, int]:
@@ -193,12 +198,12 @@ def _after_loss(consumer: Consumer, r: OffsetRange, expected: int, kafka: Mappin
     return resume
 
 
-def _to_arrow(msgs: list, offsets: list[int], include_headers: bool) -> pa.RecordBatch:
+def _to_arrow(msgs: list, offsets: np.ndarray, include_headers: bool) -> pa.RecordBatch:
     """Columns by C-level maps over the messages; timestamps converted in Arrow, not per record in Python."""
     n = len(msgs)
-    stamp_types, stamp_ms = zip(*map(Message.timestamp, msgs))
-    types = pa.array(stamp_types, pa.int32())
-    micros = pc.multiply_checked(pa.array(stamp_ms, pa.int64()), 1000)  # a wild producer time fails, as in Spark
+    stamps = np.fromiter(chain.from_iterable(map(Message.timestamp, msgs)), np.int64, 2 * n).reshape(n, 2)
+    types = pa.array(stamps[:, 0].astype(np.int32))
+    micros = pc.multiply_checked(pa.array(stamps[:, 1]), 1000)  # a wild producer time fails, as in Spark
     if pc.min(types).as_py() == TIMESTAMP_NOT_AVAILABLE:
         micros = pc.if_else(pc.equal(types, TIMESTAMP_NOT_AVAILABLE), pa.scalar(None, pa.int64()), micros)
     first = msgs[0]

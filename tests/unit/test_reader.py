@@ -50,15 +50,16 @@ def test_headers_keep_their_order_and_bytes():
 def test_only_the_offsets_of_the_range_are_kept():
     r = OffsetRange("t", 2, 10, 13)
     kept, offsets, next_offset = reader._in_range(None, [msg(o) for o in (8, 9, 10, 11, 12, 13, 14)], r, 10, {}, True)
-    assert offsets == [10, 11, 12] and [m.offset() for m in kept] == offsets and next_offset == 13
-    assert reader._in_range(None, [msg(8), msg(9)], r, 10, {}, True) == ([], [], 10)
+    assert list(offsets) == [10, 11, 12] and [m.offset() for m in kept] == list(offsets) and next_offset == 13
+    kept, offsets, next_offset = reader._in_range(None, [msg(8), msg(9)], r, 10, {}, True)
+    assert (kept, list(offsets), next_offset) == ([], [], 10)
 
 
 def test_a_jump_inside_the_range_is_a_transaction_marker_or_compaction_not_a_loss():
     # the range's first record is where expected; later gaps need no broker round trip
     kept, offsets, next_offset = reader._in_range(None, [msg(10), msg(12), msg(15)], OffsetRange("t", 2, 10, 20),
                                                   10, {}, True)
-    assert offsets == [10, 12, 15] and next_offset == 16
+    assert list(offsets) == [10, 12, 15] and next_offset == 16
 
 
 def test_an_error_from_the_broker_names_topic_partition_and_servers():
@@ -112,14 +113,14 @@ def test_the_bisected_slice_is_what_a_loop_over_the_records_keeps(offsets, start
     r = OffsetRange("t", 2, start, start + length)
     kept, got, next_offset = reader._in_range(StubConsumer(), [msg(o) for o in offsets], r, start, {}, True)
     expected = [o for o in offsets if r.start <= o < r.end]
-    assert got == expected and [m.offset() for m in kept] == expected
+    assert list(got) == expected and [m.offset() for m in kept] == expected
     assert next_offset == (expected[-1] + 1 if expected else start)
 
 
 def test_records_out_of_order_are_kept_once_in_order():
     kept, offsets, next_offset = reader._in_range(StubConsumer(), [msg(o) for o in (10, 11, 11, 9, 12)],
                                                   OffsetRange("t", 2, 10, 20), 10, {}, True)
-    assert offsets == [10, 11, 12] and next_offset == 13
+    assert list(offsets) == [10, 11, 12] and next_offset == 13
 
 
 def test_records_deleted_before_the_first_one_read_are_data_loss():
@@ -127,7 +128,8 @@ def test_records_deleted_before_the_first_one_read_are_data_loss():
     with pytest.raises(DataLossError, match=r"t-2.*\[10, 14\)"):
         reader._in_range(StubConsumer(low=14), [msg(14), msg(15)], r, 10, {}, True)
     # failOnDataLoss=false: the read goes on from the first record there
-    assert reader._in_range(StubConsumer(low=14), [msg(14), msg(15)], r, 10, {}, False)[1:] == ([14, 15], 16)
+    _, offsets, next_offset = reader._in_range(StubConsumer(low=14), [msg(14), msg(15)], r, 10, {}, False)
+    assert (list(offsets), next_offset) == ([14, 15], 16)
 
 
 def test_an_offset_reset_mid_batch_keeps_the_records_before_it_and_goes_on_from_the_log_start():
@@ -135,7 +137,7 @@ def test_an_offset_reset_mid_batch_keeps_the_records_before_it_and_goes_on_from_
     consumer = StubConsumer(low=14)
     kept, offsets, next_offset = reader._in_range(consumer, [msg(10), reset], OffsetRange("t", 2, 10, 20), 10, {},
                                                   False)
-    assert offsets == [10] and next_offset == 14 and consumer.assigned == [[("t", 2, 14)]]
+    assert list(offsets) == [10] and next_offset == 14 and consumer.assigned == [[("t", 2, 14)]]
 
 
 def test_a_range_is_read_in_batches_with_the_collector_running_between_them(monkeypatch):
