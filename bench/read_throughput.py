@@ -1,7 +1,8 @@
 """Read throughput: streamfill_kafka vs a bare confluent-kafka consumer vs Spark's own Kafka source.
 
 Produces N JSON messages once (kept across runs), then reads the whole topic three ways in the same run:
-  (a) a bare confluent-kafka consumer in one process: the ceiling on this machine;
+  (a) a bare confluent-kafka consumer in a process of its own (bench/bare_consumer.py): the ceiling on this
+      machine, timed from its first call to the broker, without the interpreter's start;
   (b) streamfill_kafka through spark.read, computing count(*) and sum(length(value));
   (c) Spark's built-in Kafka source (format("kafka")), same aggregate, same session.
 Prints messages per second for each and the ratios b/a and b/c. Needs `streamfill stack up`.
@@ -16,10 +17,12 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
@@ -67,24 +70,22 @@ def ensure_topic(bootstrap: str, topic: str, messages: int, partitions: int) -> 
     console.print(f"produced {messages:,} messages in {time.monotonic() - started:.1f} s")
 
 
-def bare_consumer(bootstrap: str, topic: str, partitions: int) -> tuple[int, int]:
-    # the same fetch sizes as streamfill's reader, so (a) is the ceiling for this client, not a handicap
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  **FETCH_DEFAULTS})
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    count = size = 0
-    remaining = set(p for p, e in ends.items() if e > 0)
-    while remaining:
-        for m in c.consume(10_000, timeout=1.0):
-            if m.error():
-                continue
-            count += 1
-            size += len(m.value())
-            if m.offset() + 1 >= ends[m.partition()]:
-                remaining.discard(m.partition())
-    c.close()
-    return count, size
+def bare_consumer(bootstrap: str, topic: str, partitions: int) -> tuple[int, int, float]:
+    """Way (a), in a process of its own (bench/bare_consumer.py); returns messages, bytes and the read's seconds."""
+    # the same fetch settings as streamfill's reader, so (a) is the ceiling for this client, not a handicap
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("bare_consumer.py")),
+                           "--bootstrap", bootstrap, "--topic", topic, "--partitions", str(partitions),
+                           "--config", json.dumps(FETCH_DEFAULTS)], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout.splitlines()[-1])
+    return out["messages"], out["bytes"], out["seconds"]
+
+
+def timed(read: Callable[[], tuple[int, int]]) -> Callable[[], tuple[int, int, float]]:
+    def run() -> tuple[int, int, float]:
+        started = time.perf_counter()
+        count, size = read()
+        return count, size, time.perf_counter() - started
+    return run
 
 
 def main() -> None:
@@ -118,17 +119,17 @@ def main() -> None:
         return row[0], row[1]
 
     ways = {"a bare confluent-kafka consumer": lambda: bare_consumer(bootstrap, topic, args.partitions),
-            "b streamfill_kafka (spark.read)": ours,
-            "c Spark's format('kafka')": builtin}
+            "b streamfill_kafka (spark.read)": timed(ours),
+            "c Spark's format('kafka')": timed(builtin)}
     for fn in (ours, builtin):  # warm the JVM, the Python workers and the page cache
         fn()
     timings: dict[str, list[float]] = {k: [] for k in ways}
     results = {}
     for _ in range(args.repeat):
         for name, fn in ways.items():  # interleaved, so load on the machine hits each way alike
-            started = time.perf_counter()
-            results[name] = fn()
-            timings[name].append(time.perf_counter() - started)
+            count, size, seconds = fn()
+            results[name] = count, size
+            timings[name].append(seconds)
     spark.stop()
     assert len(set(results.values())) == 1, f"the three ways disagree: {results}"
     count = results["a bare confluent-kafka consumer"][0]
