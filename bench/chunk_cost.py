@@ -89,16 +89,12 @@ class Cpu:
         out = dict.fromkeys(KINDS, 0.0)
         out["wall"] = time.monotonic()
         out["driver Python"] = sum(os.times()[:2])
-        total = _cpu(_stat(self.jvm)[1], children=False)
-        threads = 0.0
         for task in os.listdir(f"/proc/{self.jvm}/task"):
-            s = _stat(self.jvm, task)
-            if s:
-                kind = _thread_kind(s[0])
-                if kind != "JVM: planning and other":
-                    out[kind] += _cpu(s[1], children=False)
-                    threads += _cpu(s[1], children=False)
-        out["JVM: planning and other"] = total - threads
+            if s := _stat(self.jvm, task):
+                out[_thread_kind(s[0])] += _cpu(s[1], children=False)
+        # what the live threads named above did not use: the other threads, and those that ended
+        threads = sum(out[k] for k in KINDS if k.startswith("JVM: ") and k != "JVM: planning and other")
+        out["JVM: planning and other"] = _cpu(_stat(self.jvm)[1], children=False) - threads
         for p in Path("/proc").iterdir():
             if not p.name.isdigit() or p.name == self.jvm:
                 continue
@@ -106,8 +102,9 @@ class Cpu:
             if s is None:
                 continue
             comm, fields = s
-            if comm == "postgres":  # the server counts its backends that ended
-                out["PostgreSQL"] += _cpu(fields, children=_stat(fields[1]) is None or _stat(fields[1])[0] != comm)
+            if comm == "postgres":  # the server (its parent is not postgres) counts its backends that ended
+                parent = _stat(fields[1])
+                out["PostgreSQL"] += _cpu(fields, children=parent is None or parent[0] != comm)
             elif comm == "java" and b"kafka" in _cmdline(p.name):
                 out["Kafka"] += _cpu(fields, children=False)
             elif b"pyspark" in _cmdline(p.name) and (fields[1] == self.jvm or b"pyspark" in _cmdline(fields[1])):
