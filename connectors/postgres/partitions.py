@@ -22,8 +22,9 @@ log = logging.getLogger("streamfill.postgres_partitions")
 
 PART_PREFIX = "_sf_part_"
 KEY = ("topic", "partition", "offset")
-MERGE_BELOW_ROWS = 2_000_000  # a partition with fewer rows is small
-MERGE_WHEN = 8  # small partitions of one Kafka partition before they are merged into one
+MERGE_BELOW_ROWS = 2_000_000  # a partition with fewer rows is small; merging makes partitions of about this size
+MERGE_MOST = 64  # small partitions at most in one merge: those of MERGE_BELOW_ROWS / 64 rows or more are copied once
+MERGE_WHEN = 8  # smaller ones (a stream's batches) of one size tier before they are merged into one
 MERGE_LOCK_SPACE = 0x5F12  # advisory-lock key space of merges: (MERGE_LOCK_SPACE, hashtext('schema.table'))
 
 
@@ -169,28 +170,54 @@ def _bounds(bound: str) -> tuple[list[str], list[str]]:
 
 
 def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_ROWS, when: int = MERGE_WHEN,
-                lock_timeout: str = "10s") -> int:
+                lock_timeout: str = "10s", wait: str | None = None) -> int:
     """Merge each Kafka partition's run of adjacent small partitions into one (at most one run per Kafka
     partition per call): copy their rows into a new sealed table, then swap it in in one short transaction.
     Readers see the old partitions until the swap. Returns the partitions merged away. One merge per table at a
     time, whichever process commits into it: a second one returns 0 (two would pick the same run and one would
-    drop the table the other just attached)."""
+    drop the table the other just attached), or with `wait` (a PostgreSQL interval) first waits that long for
+    the other to end, then looks at the partitions it left."""
+    lock = (MERGE_LOCK_SPACE, f"{schema}.{table}")
     with conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
-        locked = cur.fetchone()[0]
-    conn.commit()
+        if wait is None:
+            cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", lock)
+            locked = cur.fetchone()[0]
+        else:
+            cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(wait)))
+            try:
+                cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", lock)
+                locked = True
+            except psycopg2.errors.LockNotAvailable:
+                locked = False
     if not locked:
+        conn.rollback()
         return 0
+    conn.commit()
     try:
         return _merge_runs(conn, schema, table, below_rows, when, lock_timeout)
     finally:
         try:
             conn.rollback()  # whatever a failure left open; the session's lock outlives it
             with conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+                cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", lock)
             conn.commit()
         except psycopg2.Error:  # ending the session releases its lock, wherever the connection is kept
             conn.close()
+
+
+def merge_due(conn, schema: str, table: str) -> bool:
+    """Whether a merge of the table's small partitions runs now, in any session, or is due."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+        if not cur.fetchone()[0]:
+            conn.commit()
+            return True
+        try:
+            return bool(_runs(partitions(cur, schema, table), MERGE_BELOW_ROWS, MERGE_WHEN))
+        finally:
+            conn.rollback()
+            cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+            conn.commit()
 
 
 def _merge_runs(conn, schema: str, table: str, below_rows: int, when: int, lock_timeout: str) -> int:
@@ -263,22 +290,47 @@ def _move_from_default(cur, schema: str, table: str, part: Part) -> int:
 
 
 def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, when: int) -> list[list[tuple]]:
-    """Per Kafka partition, the longest run of adjacent small partitions of one size tier, when it has `when` of
-    them or more; partitions of mixed sizes that never make such a run are merged regardless of tier once there
-    are `when` squared of them, so their number stays bounded."""
+    """Per Kafka partition, at most one run of adjacent small partitions to merge:
+
+    - partitions of at least below_rows / MERGE_MOST rows (a backfill's chunks, a large batch's tasks) wait until
+      adjacent ones add up to below_rows, then those are merged into one partition of about that size: each of
+      their rows is copied once, whatever the chunk size, and such a merge takes MERGE_MOST partitions at most;
+    - smaller ones (a stream's batches) are merged `when` at a time within one size tier, so they grow to that
+      size in a few copies, never once per merge of a growing partition;
+    - partitions of mixed sizes that never make such a run are merged regardless once there are `when` squared
+      of them, so their number stays bounded."""
+    floor = max(1, below_rows // MERGE_MOST)
     runs, i = [], 0
     while i < len(parts):
         j = i
         while j < len(parts) and parts[j][1:3] == parts[i][1:3]:
             j += 1
         group = parts[i:j]
-        best = _longest(group, below_rows, lambda a, b: tier(a, when) == tier(b, when))
-        if len(best) < when and sum(p[5] < below_rows for p in group) >= when * when:
+        best = _full_size(group, below_rows, floor)
+        if not best:
+            best = _longest(group, floor, lambda a, b: tier(a, when) == tier(b, when))
+            best = best if len(best) >= when else []
+        if not best and sum(p[5] < below_rows for p in group) >= when * when:
             best = _longest(group, below_rows, lambda a, b: True)
-        if len(best) >= when:
-            runs.append(best[:64])
+        if best:
+            runs.append(best[:MERGE_MOST])
         i = j
     return runs
+
+
+def _full_size(group: list[tuple], below_rows: int, floor: int) -> list[tuple]:
+    """The first run of adjacent partitions of `floor` rows or more, each small, whose rows add up to below_rows."""
+    run: list[tuple] = []
+    total = 0
+    for p in group:
+        if not floor <= p[5] < below_rows:
+            run, total = [], 0
+            continue
+        run.append(p)
+        total += p[5]
+        if total >= below_rows:
+            return run
+    return []
 
 
 def _longest(group: list[tuple], below_rows: int, alike) -> list[tuple]:

@@ -482,32 +482,59 @@ def _cleanup(plan: SinkPlan, writes: Sequence[StagedWrite]) -> None:
         kept.release(conn)
 
 
-_merging: dict[tuple[str, str, str], threading.Thread] = {}
+MERGE_WAIT = "5min"  # how long a merge waits for another process's merge of the same target
+_merging: set[tuple[str, str, str]] = set()  # targets a thread of this process merges now
+_again: set[tuple[str, str, str]] = set()  # of those, targets committed into since that thread's last look
+_merge_state = threading.Lock()
 
 
 def _merge_later(plan: SinkPlan) -> None:
     """Merge the target's small partitions in a thread of the driver, off the commit's path; one at a time per
-    target. A merge cut short leaves an unattached table the sweep drops."""
+    target. A commit during a merge has the thread look again when it ends, and it goes on while it merges
+    something: the last commit of a backfill leaves nothing due. A merge cut short leaves an unattached table
+    the sweep drops."""
     key = (plan.url, plan.target.schema, plan.target.table)
-    running = _merging.get(key)
-    if running is not None and running.is_alive():
-        return
+    with _merge_state:
+        if key in _merging:
+            _again.add(key)
+            return
+        _merging.add(key)
+        _again.add(key)  # the thread's first look
 
     def merge() -> None:
+        merged = 0
         try:
-            conn = plan.connect()
-            try:
-                merged = partitions.merge_small(conn, plan.target.schema, plan.target.table)
-                if merged:
-                    log.info("%s.%s: %d small partitions merged", plan.target.schema, plan.target.table, merged)
-            finally:
-                kept.release(conn)
-        except psycopg2.Error as exc:
-            log.warning("%s.%s: merging partitions put off (%s)", plan.target.schema, plan.target.table,
-                        str(exc).strip())
+            while True:
+                with _merge_state:
+                    if not merged and key not in _again:
+                        _merging.discard(key)
+                        return
+                    _again.discard(key)
+                merged = _merge_once(plan)
+        finally:
+            with _merge_state:
+                _merging.discard(key)
+                _again.discard(key)
 
-    _merging[key] = threading.Thread(target=merge, name=f"streamfill-merge-{plan.target.table}", daemon=True)
-    _merging[key].start()
+    threading.Thread(target=merge, name=f"streamfill-merge-{plan.target.table}", daemon=True).start()
+
+
+def _merge_once(plan: SinkPlan) -> int:
+    """One pass of merge_small over the target; the partitions it merged away (0 when put off)."""
+    try:
+        conn = plan.connect()
+        try:
+            # another process's merge of this target (a second chunk's commit) is waited for, not skipped
+            merged = partitions.merge_small(conn, plan.target.schema, plan.target.table, wait=MERGE_WAIT)
+            if merged:
+                log.info("%s.%s: %d small partitions merged", plan.target.schema, plan.target.table, merged)
+            return merged
+        finally:
+            kept.release(conn)
+    except psycopg2.Error as exc:
+        log.warning("%s.%s: merging partitions put off (%s)", plan.target.schema, plan.target.table,
+                    str(exc).strip())
+        return 0
 
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:

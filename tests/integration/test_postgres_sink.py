@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 import uuid
 from decimal import Decimal
 
@@ -276,10 +277,14 @@ def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db
             with other.cursor() as cur:
                 cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))",
                             (partitions.MERGE_LOCK_SPACE, f"public.{table}"))
+            assert partitions.merge_due(conn, "public", table), "a merge runs in another session"
             assert partitions.merge_small(conn, "public", table, when=2) == 0
+            assert partitions.merge_small(conn, "public", table, when=2, wait="200ms") == 0
+            threading.Timer(0.5, other.close).start()  # the other merge ends while this one waits for it
+            assert partitions.merge_small(conn, "public", table, when=2, wait="60s") == 2
         finally:
             other.close()
-        assert partitions.merge_small(conn, "public", table, when=2) == 2
+        assert not partitions.merge_due(conn, "public", table), "nothing runs, nothing is due"
     finally:
         conn.close()
     assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 30

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -180,6 +181,28 @@ def test_small_adjacent_partitions_of_one_kafka_partition_are_merged_in_runs():
         "a large partition breaks a run; fewer than 8 small ones wait"
 
 
+def test_chunk_sized_partitions_wait_until_they_add_up_to_a_full_partition_and_are_copied_once():
+    def part(p: int, low: int, rows: int):
+        return (f"p{p}_{low}", "t", p, low, low + rows, rows)
+
+    fifty = [part(0, i * 50_000, 50_000) for i in range(39)]
+    assert partitions._runs(fifty, below_rows=2_000_000, when=8) == [], \
+        "39 chunks of 50,000 add up to 1,950,000 rows: they wait rather than make a partition merged again later"
+    forty_one = fifty + [part(0, 39 * 50_000, 50_000), part(0, 40 * 50_000, 50_000)]
+    assert [p[0] for p in partitions._runs(forty_one, below_rows=2_000_000, when=8)[0]] == \
+        [f"p0_{i * 50_000}" for i in range(40)], "the first 40 make 2,000,000 rows; the 41st waits for the next"
+    large = [part(1, i * 500_000, 500_000) for i in range(4)]
+    assert [p[0] for p in partitions._runs(large, below_rows=2_000_000, when=8)[0]] == \
+        [f"p1_{i * 500_000}" for i in range(4)], "four default chunks make one full partition"
+    broken = [part(2, 0, 1_500_000), part(2, 1_500_000, 2_000_000), part(2, 3_500_000, 400_000),
+              part(2, 3_900_000, 20_000), part(2, 3_920_000, 1_700_000)]
+    assert partitions._runs(broken, below_rows=2_000_000, when=8) == [], \
+        "a full partition or a smaller one in between breaks the run: no run adds up to 2,000,000"
+    smallest = [part(3, i * 31_250, 31_250) for i in range(70)]
+    assert len(partitions._runs(smallest, below_rows=2_000_000, when=8)[0]) == partitions.MERGE_MOST, \
+        "the smallest partitions that wait for a full one make a merge of 64 at most"
+
+
 def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
     def part(low: int, rows: int):
         return (f"p_{low}", "t", 0, low, low + 10, rows)
@@ -193,3 +216,36 @@ def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
     mixed = [part(i * 10, 9_000 if i % 2 else 40_000) for i in range(64)]
     assert len(partitions._runs(mixed, below_rows=2_000_000, when=8)[0]) == 64, \
         "sizes that alternate between tiers are merged anyway once there are 64"
+
+
+def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(monkeypatch):
+    """Only one merge thread per target: a commit that lands while it runs must not leave its partitions
+    unmerged until some later commit (the last chunk of a backfill has no later commit)."""
+    import threading
+
+    from connectors.spark import postgres_sink
+
+    first_pass, release = threading.Event(), threading.Event()
+    passes: list[int] = []
+
+    def merge_once(plan) -> int:
+        passes.append(len(passes))
+        if len(passes) == 1:
+            first_pass.set()
+            assert release.wait(30)
+        return 0  # nothing merged: without another commit the thread would stop after this pass
+
+    monkeypatch.setattr(postgres_sink, "_merge_once", merge_once)
+    plan = SimpleNamespace(url="postgresql://h/db", target=SimpleNamespace(schema="public", table="t"))
+    postgres_sink._merge_later(plan)
+    assert first_pass.wait(30)
+    thread = next(t for t in threading.enumerate() if t.name == "streamfill-merge-t")
+    postgres_sink._merge_later(plan)  # a second commit during the first pass: no second thread
+    assert [t.name for t in threading.enumerate()].count("streamfill-merge-t") == 1
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert passes == [0, 1], "one pass for the first commit, one more for the commit during it"
+    postgres_sink._merge_later(plan)  # a commit after the thread ended starts a new one
+    next((t for t in threading.enumerate() if t.name == "streamfill-merge-t"), thread).join(30)
+    assert passes == [0, 1, 2]
