@@ -192,8 +192,8 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
     if not locked:
         conn.rollback()
         return 0
-    conn.commit()
     try:
+        conn.commit()
         return _merge_runs(conn, schema, table, below_rows, when, lock_timeout)
     finally:
         try:
@@ -206,7 +206,8 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
 
 
 def merge_due(conn, schema: str, table: str) -> bool:
-    """Whether a merge of the table's small partitions runs now, in any session, or is due."""
+    """Whether a merge of the table's small partitions runs now, in any session, or is due (in transactions of
+    its own: call it between transactions)."""
     with conn.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
         if not cur.fetchone()[0]:
@@ -293,13 +294,14 @@ def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, whe
     """Per Kafka partition, at most one run of adjacent small partitions to merge:
 
     - partitions of at least below_rows / MERGE_MOST rows (a backfill's chunks, a large batch's tasks) wait until
-      adjacent ones add up to below_rows, then those are merged into one partition of about that size: each of
-      their rows is copied once, whatever the chunk size, and such a merge takes MERGE_MOST partitions at most;
-    - smaller ones (a stream's batches) are merged `when` at a time within one size tier, so they grow to that
-      size in a few copies, never once per merge of a growing partition;
-    - partitions of mixed sizes that never make such a run are merged regardless once there are `when` squared
-      of them, so their number stays bounded."""
-    floor = max(1, below_rows // MERGE_MOST)
+      adjacent ones add up to below_rows, then those are merged into one: each of their rows is copied once,
+      whatever the chunk size, and such a merge takes MERGE_MOST partitions at most;
+    - smaller ones (a stream's batches) are merged once `when` or more adjacent ones share a size tier, so they
+      grow to that floor in a few copies, never once per merge of a growing partition;
+    - when neither is due and there are `when` squared small partitions, the longest run of adjacent ones is
+      merged regardless of size, less an end partition larger than the rest of the run (`_without_larger_ends`),
+      so their number stays bounded and a merged partition is copied again only when the run doubles it."""
+    floor = max(1, -(-below_rows // MERGE_MOST))
     runs, i = [], 0
     while i < len(parts):
         j = i
@@ -311,11 +313,28 @@ def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, whe
             best = _longest(group, floor, lambda a, b: tier(a, when) == tier(b, when))
             best = best if len(best) >= when else []
         if not best and sum(p[5] < below_rows for p in group) >= when * when:
-            best = _longest(group, below_rows, lambda a, b: True)
+            best = _without_larger_ends(_longest(group, below_rows, lambda a, b: True)[:MERGE_MOST])
+            best = best if len(best) >= 2 else []
         if best:
             runs.append(best[:MERGE_MOST])
         i = j
     return runs
+
+
+def _without_larger_ends(run: list[tuple]) -> list[tuple]:
+    """The run less each end partition that holds more rows than the rest of the run: merging it in would copy
+    a large partition again for a few rows (quadratic copying as new small partitions keep coming)."""
+    total = sum(p[5] for p in run)
+    while len(run) > 1:
+        if run[0][5] * 2 > total:
+            total -= run[0][5]
+            run = run[1:]
+        elif run[-1][5] * 2 > total:
+            total -= run[-1][5]
+            run = run[:-1]
+        else:
+            break
+    return run
 
 
 def _full_size(group: list[tuple], below_rows: int, floor: int) -> list[tuple]:

@@ -505,16 +505,17 @@ def _merge_later(plan: SinkPlan) -> None:
         merged = 0
         try:
             while True:
-                with _merge_state:
+                with _merge_state:  # stopping and a commit's look at _merging happen one after the other
                     if not merged and key not in _again:
                         _merging.discard(key)
                         return
                     _again.discard(key)
                 merged = _merge_once(plan)
-        finally:
+        except BaseException:
             with _merge_state:
                 _merging.discard(key)
                 _again.discard(key)
+            raise
 
     threading.Thread(target=merge, name=f"streamfill-merge-{plan.target.table}", daemon=True).start()
 

@@ -216,6 +216,12 @@ def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
     mixed = [part(i * 10, 9_000 if i % 2 else 40_000) for i in range(64)]
     assert len(partitions._runs(mixed, below_rows=2_000_000, when=8)[0]) == 64, \
         "sizes that alternate between tiers are merged anyway once there are 64"
+    grown = [part(0, 1_500_000)] + [part(10 + i * 10, 3_000 if i % 2 else 9_000) for i in range(63)]
+    assert [p[0] for p in partitions._runs(grown, below_rows=2_000_000, when=8)[0]] == [p[0] for p in grown[1:]], \
+        "a partition larger than the rest of the run is left out, not copied again for a few rows"
+    isolated = [p for i in range(64) for p in (part(i * 20, 2_000_000), part(i * 20 + 10, 30_000))]
+    assert partitions._runs(isolated, below_rows=2_000_000, when=8) == [], \
+        "a small partition between two full ones has nothing to be merged with"
 
 
 def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(monkeypatch):
@@ -227,9 +233,11 @@ def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(mo
 
     first_pass, release = threading.Event(), threading.Event()
     passes: list[int] = []
+    threads: set[int] = set()
 
     def merge_once(plan) -> int:
         passes.append(len(passes))
+        threads.add(threading.get_ident())
         if len(passes) == 1:
             first_pass.set()
             assert release.wait(30)
@@ -246,6 +254,7 @@ def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(mo
     thread.join(30)
     assert not thread.is_alive()
     assert passes == [0, 1], "one pass for the first commit, one more for the commit during it"
+    assert len(threads) == 1, "the second commit's look is the running thread's, not a thread of its own"
     postgres_sink._merge_later(plan)  # a commit after the thread ended starts a new one
     next((t for t in threading.enumerate() if t.name == "streamfill-merge-t"), thread).join(30)
     assert passes == [0, 1, 2]
