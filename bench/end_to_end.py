@@ -12,8 +12,10 @@
 Both streams use the same maxOffsetsPerTrigger, so the batches have the same sizes. Every way parses with the
 same compiler (Spark's from_json and casts, spark_jobs.pipelines.compile); the benchmark checks that (a), (b) and
 (f) wrote equal tables and dead letters. A streamfill way's time ends once no merge of its table's small
-partitions runs or is due (with 2,000,000 events none is: see the README's "Small backfill chunks"). Prints offsets per second, the ratios to (b) and to (f), and the peak
-RSS of the driver (JVM and Python) and of the Python workers (the sum over workers at the peak sample).
+partitions runs or is due (with 2,000,000 events over 4 partitions none is; with more than 2,000,000 per Kafka
+partition the merges count: the README's "Small backfill chunks"). Prints offsets per second, the ratios to (b)
+and to (f), and the peak RSS of the driver (JVM and Python) and of the Python workers (the sum over workers at
+the peak sample).
 Repeats are interleaved; the median is reported. Needs `streamfill stack up`; Maven fetches Spark's Kafka
 source and the JDBC driver once.
 
