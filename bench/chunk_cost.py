@@ -11,8 +11,8 @@ reads from /proc the wall time and the CPU seconds of:
   PostgreSQL and Kafka, when they run on this machine (`streamfill stack up`);
   this driver process.
 
-A run ends once no merge of its table's small partitions runs or is due: with more than 2,000,000 rows per
-Kafka partition, the merges count for the run whose commits set them off.
+A backfill ends once no merge of its table's small partitions runs or is due: with more than 2,000,000 rows
+per Kafka partition, the merges count for the run whose commits set them off.
 
 Prints the medians for each chunk size and, for each process, the CPU one more chunk costs: (small - large) /
 (chunks of small - chunks of large). Needs `streamfill stack up`.
@@ -154,7 +154,6 @@ def main() -> None:
                 summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), topic, "earliest", "latest",
                                                              name, chunk_size=size, pipeline="orders"),
                                        spark, bootstrap, url)
-                e2e.merges_settled(engine, name)  # the merges its commits set off count for this run
                 after = cpu.sample()
                 used = {k: after[k] - before[k] for k in KINDS}
                 warm = " (warm-up, not counted)" if i == 0 else ""

@@ -12,8 +12,9 @@
 Both streams use the same maxOffsetsPerTrigger, so the batches have the same sizes. Every way parses with the
 same compiler (Spark's from_json and casts, spark_jobs.pipelines.compile); the benchmark checks that (a), (b) and
 (f) wrote equal tables and dead letters. A streamfill way's time ends once no merge of its table's small
-partitions runs or is due (with 2,000,000 events over 4 partitions none is; with more than 2,000,000 per Kafka
-partition the merges count: the README's "Small backfill chunks"). Prints offsets per second, the ratios to (b)
+partitions runs or is due (a backfill ends so; after a stream the benchmark waits with the same call,
+connectors.spark.postgres_sink.merge_remaining): with 2,000,000 events over 4 partitions none is, with more than
+2,000,000 rows per Kafka partition the merges count (the README's "Small backfill chunks"). Prints offsets per second, the ratios to (b)
 and to (f), and the peak RSS of the driver (JVM and Python) and of the Python workers (the sum over workers at
 the peak sample).
 Repeats are interleaved; the median is reported. Needs `streamfill stack up`; Maven fetches Spark's Kafka
@@ -40,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
+from connectors.spark.postgres_sink import merge_remaining
 from spark_jobs import backfill, stream
 from spark_jobs.demo.produce import ensure_topic, produce
 from spark_jobs.pipelines import entry
@@ -119,24 +121,6 @@ def _jars(dest: Path) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.spark_kafka_jars(dest)
-
-
-def merges_settled(engine, table: str, bound_s: float = 600) -> None:
-    """Wait until no merge of the table's small partitions runs or is due, so a way's time includes the merges
-    its commits set off (a thread of the commit's Python worker runs them after the commit)."""
-    from connectors.postgres import partitions
-
-    conn = engine.raw_connection()
-    try:
-        deadline = time.monotonic() + bound_s
-        while partitions.merge_due(conn.driver_connection, "public", table):
-            if time.monotonic() > deadline:
-                console.print(f"[yellow]{table}: a merge of small partitions still runs or is due after "
-                              f"{bound_s:.0f} s; timing goes on without it[/]")
-                return
-            time.sleep(0.1)
-    finally:
-        conn.close()
 
 
 def topic_with_events(bootstrap: str, count: int, partitions: int) -> str:
@@ -251,7 +235,7 @@ def main() -> None:
         summary = stream.run(stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now",
                                                args.batch, pipeline=pipeline), spark, bootstrap, url,
                              threading.Event())
-        merges_settled(engine, name)
+        merge_remaining(url, name)  # the merges its commits set off count for this way
         written[way] = (name, "job:" + name.replace("_", "-"))
         return summary.rows + summary.dead_letters
 
@@ -282,7 +266,6 @@ def main() -> None:
         tables.append(name)
         summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name,
                                                      chunk_size=chunk, pipeline="orders"), spark, bootstrap, url)
-        merges_settled(engine, name)
         written[way] = (name, "job:" + name.replace("_", "-"))
         return summary.offsets
 

@@ -299,8 +299,9 @@ def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, whe
     - smaller ones (a stream's batches) are merged once `when` or more adjacent ones share a size tier, so they
       grow to that floor in a few copies, never once per merge of a growing partition;
     - when neither is due and there are `when` squared small partitions, the longest run of adjacent ones is
-      merged regardless of size, less an end partition larger than the rest of the run (`_without_larger_ends`),
-      so their number stays bounded and a merged partition is copied again only when the run doubles it."""
+      merged regardless of size, split at any partition holding more rows than the rest (`_without_dominant`),
+      so a merged partition is copied again only when the merge at least doubles it; a small partition between
+      two large ones has nothing to be merged with and stays."""
     floor = max(1, -(-below_rows // MERGE_MOST))
     runs, i = [], 0
     while i < len(parts):
@@ -311,30 +312,38 @@ def _runs(parts: list[tuple[str, str, int, int, int, int]], below_rows: int, whe
         best = _full_size(group, below_rows, floor)
         if not best:
             best = _longest(group, floor, lambda a, b: tier(a, when) == tier(b, when))
-            best = best if len(best) >= when else []
+            best = best[:MERGE_MOST] if len(best) >= max(2, when) else []
         if not best and sum(p[5] < below_rows for p in group) >= when * when:
-            best = _without_larger_ends(_longest(group, below_rows, lambda a, b: True)[:MERGE_MOST])
+            trimmed = [_without_dominant(run[:MERGE_MOST]) for run in _small_runs(group, below_rows)]
+            best = max(trimmed, key=len, default=[])
             best = best if len(best) >= 2 else []
         if best:
-            runs.append(best[:MERGE_MOST])
+            runs.append(best)
         i = j
     return runs
 
 
-def _without_larger_ends(run: list[tuple]) -> list[tuple]:
-    """The run less each end partition that holds more rows than the rest of the run: merging it in would copy
-    a large partition again for a few rows (quadratic copying as new small partitions keep coming)."""
-    total = sum(p[5] for p in run)
-    while len(run) > 1:
-        if run[0][5] * 2 > total:
-            total -= run[0][5]
-            run = run[1:]
-        elif run[-1][5] * 2 > total:
-            total -= run[-1][5]
-            run = run[:-1]
-        else:
-            break
-    return run
+def _small_runs(group: list[tuple], below_rows: int) -> list[list[tuple]]:
+    """Each maximal run of adjacent partitions under below_rows."""
+    runs: list[list[tuple]] = [[]]
+    for p in group:
+        if p[5] < below_rows:
+            runs[-1].append(p)
+        elif runs[-1]:
+            runs.append([])
+    return [r for r in runs if r]
+
+
+def _without_dominant(run: list[tuple]) -> list[tuple]:
+    """The longest piece of the run in which no partition holds more rows than the rest of the piece: merging
+    such a partition in would copy it again for a few rows (quadratic copying as new small ones keep coming),
+    so it splits the run."""
+    if len(run) < 2:
+        return run
+    largest = max(range(len(run)), key=lambda i: run[i][5])
+    if run[largest][5] * 2 <= sum(p[5] for p in run):
+        return run
+    return max(_without_dominant(run[:largest]), _without_dominant(run[largest + 1:]), key=len)
 
 
 def _full_size(group: list[tuple], below_rows: int, floor: int) -> list[tuple]:

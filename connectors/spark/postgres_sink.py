@@ -489,10 +489,10 @@ _merge_state = threading.Lock()
 
 
 def _merge_later(plan: SinkPlan) -> None:
-    """Merge the target's small partitions in a thread of the driver, off the commit's path; one at a time per
-    target. A commit during a merge has the thread look again when it ends, and it goes on while it merges
-    something: the last commit of a backfill leaves nothing due. A merge cut short leaves an unattached table
-    the sweep drops."""
+    """Merge the target's small partitions in a thread of the Python worker that ran the commit, off the
+    commit's path; one at a time per target. A commit during a merge has the thread look again when it ends,
+    and it goes on while it merges something. Stopping Spark cuts it short (`merge_remaining` finishes first);
+    a merge cut short leaves an unattached table the sweep drops."""
     key = (plan.url, plan.target.schema, plan.target.table)
     with _merge_state:
         if key in _merging:
@@ -510,7 +510,11 @@ def _merge_later(plan: SinkPlan) -> None:
                         _merging.discard(key)
                         return
                     _again.discard(key)
-                merged = _merge_once(plan)
+                try:
+                    merged = _merge_once(plan)
+                except Exception:  # noqa: BLE001 - a bug in one pass must not lose the commits that came during it
+                    log.exception("%s.%s: merging partitions failed", plan.target.schema, plan.target.table)
+                    merged = 0
         except BaseException:
             with _merge_state:
                 _merging.discard(key)
@@ -518,6 +522,29 @@ def _merge_later(plan: SinkPlan) -> None:
             raise
 
     threading.Thread(target=merge, name=f"streamfill-merge-{plan.target.table}", daemon=True).start()
+
+
+def merge_remaining(url: str, table: str) -> int:
+    """On the driver, before Spark stops: wait for a merge of `table`'s small partitions that a commit's worker
+    runs, then merge what is still due. Stopping Spark would cut that worker's merge short and leave the rest to
+    the next write into the table. Returns the partitions merged away here."""
+    from streamfill.pg import connect_args
+
+    schema, name = parse_table(table)
+    conn = psycopg2.connect(dsn(url), **connect_args())
+    try:
+        if schema is None:
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_schema()")
+                schema = cur.fetchone()[0]
+            conn.commit()
+        merged = total = partitions.merge_small(conn, schema, name, wait=MERGE_WAIT)
+        while merged:
+            merged = partitions.merge_small(conn, schema, name, wait=MERGE_WAIT)
+            total += merged
+        return total
+    finally:
+        conn.close()
 
 
 def _merge_once(plan: SinkPlan) -> int:

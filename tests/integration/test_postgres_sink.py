@@ -246,6 +246,24 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     assert stages == {stream.stage, fresh.stage}, "the orphan is dropped; the stream's and the new one stay"
 
 
+def _table_of_parts(cur, table: str, lows) -> None:
+    """A partitioned table with one attached partition of 10 rows (offsets low..low+9) per low."""
+    from psycopg2 import sql
+
+    from connectors.postgres import partitions
+    from connectors.postgres.partitions import Part
+
+    partitions.create_partitioned(cur, "public", table,
+                                  sql.SQL('topic text, "partition" integer, "offset" bigint, v text'))
+    for low in lows:
+        name = partitions.part_name(table, f"w{low}")
+        partitions.create_part(cur, "public", table, name)
+        cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 'a' || o FROM generate_series(%s, %s) o")
+                    .format(sql.Identifier(name)), (low, low + 9))
+        partitions.attach(cur, "public", table,
+                          partitions.seal_part(cur, "public", Part(name, "t", 0, low, low + 10, 10)))
+
+
 def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db):
     """Offsets between two attached partitions whose rows were inserted (a small task's staged rows) sit in the
     default partition: the merge moves them into the merged partition, or its ATTACH would fail every time."""
@@ -253,22 +271,13 @@ def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db
     from psycopg2 import sql
 
     from connectors.postgres import partitions
-    from connectors.postgres.partitions import Part
     from connectors.spark.postgres_sink import dsn
 
     table = f"{topic_name}_gaps"
     conn = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
     try:
         with conn.cursor() as cur:
-            partitions.create_partitioned(cur, "public", table,
-                                          sql.SQL('topic text, "partition" integer, "offset" bigint, v text'))
-            for low in (0, 20):
-                name = partitions.part_name(table, f"w{low}")
-                partitions.create_part(cur, "public", table, name)
-                cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 'a' || o FROM generate_series(%s, %s) o")
-                            .format(sql.Identifier(name)), (low, low + 9))
-                partitions.attach(cur, "public", table,
-                                  partitions.seal_part(cur, "public", Part(name, "t", 0, low, low + 10, 10)))
+            _table_of_parts(cur, table, (0, 20))
             cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 's' || o FROM generate_series(10, 19) o")
                         .format(sql.Identifier(table)))
         conn.commit()
@@ -284,13 +293,39 @@ def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db
             assert partitions.merge_small(conn, "public", table, when=2, wait="60s") == 2
         finally:
             other.close()
-        assert scalar(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :space",
-                      space=partitions.MERGE_LOCK_SPACE) == 0, "every merge released its lock"
+        assert scalar(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :space "
+                          "AND pid = :pid", space=partitions.MERGE_LOCK_SPACE, pid=conn.get_backend_pid()) == 0, \
+            "every merge released its lock"
     finally:
         conn.close()
     assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 30
     assert scalar(db, f'SELECT count(*) FROM "{table}"') == 30
     assert scalar(db, f'SELECT count(*) FROM "{partitions.default_name(table)}"') == 0, "the gap's rows moved"
+    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 2, \
+        "one merged partition and the default"
+
+
+def test_what_is_due_is_merged_on_the_driver_before_spark_stops(topic_name, db):
+    """A backfill's last merge runs in the committing worker, which stopping Spark kills: merge_remaining (the
+    backfill's last step) merges what is due, and nothing is left to merge."""
+    import psycopg2
+
+    from connectors.postgres import partitions
+    from connectors.spark.postgres_sink import dsn, merge_remaining
+
+    url = str(db.url.render_as_string(hide_password=False))
+    table = f"{topic_name}_due"
+    conn = psycopg2.connect(dsn(url))
+    try:
+        with conn.cursor() as cur:
+            _table_of_parts(cur, table, range(0, 80, 10))  # 8 partitions of one size class: a merge is due
+        conn.commit()
+        assert partitions.merge_due(conn, "public", table)
+        assert merge_remaining(url, table) == 8
+        assert not partitions.merge_due(conn, "public", table), "nothing runs, nothing is due"
+    finally:
+        conn.close()
+    assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 80
     assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 2, \
         "one merged partition and the default"
 

@@ -219,9 +219,18 @@ def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
     grown = [part(0, 1_500_000)] + [part(10 + i * 10, 3_000 if i % 2 else 9_000) for i in range(63)]
     assert [p[0] for p in partitions._runs(grown, below_rows=2_000_000, when=8)[0]] == [p[0] for p in grown[1:]], \
         "a partition larger than the rest of the run is left out, not copied again for a few rows"
+    middle = [part(0, 3_000), part(10, 9_000), part(20, 1_500_000)] + [part(30 + i * 10, 3_000 if i % 2 else 9_000)
+                                                                      for i in range(61)]
+    assert [p[0] for p in partitions._runs(middle, below_rows=2_000_000, when=8)[0]] == [p[0] for p in middle[3:]], \
+        "a dominant partition inside the run splits it, wherever it sits"
     isolated = [p for i in range(64) for p in (part(i * 20, 2_000_000), part(i * 20 + 10, 30_000))]
     assert partitions._runs(isolated, below_rows=2_000_000, when=8) == [], \
         "a small partition between two full ones has nothing to be merged with"
+    shorter = isolated + [part(2_000, 1_900_000), part(2_010, 10_000), part(2_020, 1_950_000), part(2_030, 2_000_000),
+                          part(2_040, 9_000), part(2_050, 3_000), part(2_060, 9_000)]
+    assert [p[0] for p in partitions._runs(shorter, below_rows=2_000_000, when=8)[0]] == ["p_2040", "p_2050",
+                                                                                          "p_2060"], \
+        "the longest run split at its dominant partitions leaves one: a shorter run that merges two is taken"
 
 
 def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(monkeypatch):
