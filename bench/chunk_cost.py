@@ -33,7 +33,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from spark_jobs import backfill
 from streamfill.settings import get_settings
@@ -124,15 +124,14 @@ def _cmdline(pid: str) -> bytes:
 
 
 def main() -> None:
+    e2e = _end_to_end()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
+    e2e.add_topic_args(ap)
     ap.add_argument("--large", type=int, default=500_000, help="the large chunk size (the backfill's default)")
     ap.add_argument("--small", type=int, default=50_000, help="the small chunk size")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs of each size after the warm-up, interleaved")
     args = ap.parse_args()
 
-    e2e = _end_to_end()
     settings = get_settings()
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
     topic = e2e.topic_with_events(bootstrap, args.events, args.partitions)
@@ -163,10 +162,7 @@ def main() -> None:
                     runs[size].append((summary.chunks, used))
     finally:
         spark.stop()
-        with engine.begin() as conn:
-            for t in tables:
-                conn.execute(text(f'DROP TABLE IF EXISTS "{t}" CASCADE'))
-        engine.dispose()
+        e2e.drop_tables(engine, tables)
 
     med = {size: {k: statistics.median(u[k] for _, u in rs) for k in KINDS} for size, rs in runs.items()}
     chunks = {size: statistics.median(n for n, _ in rs) for size, rs in runs.items()}

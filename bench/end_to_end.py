@@ -14,9 +14,9 @@ same compiler (Spark's from_json and casts, spark_jobs.pipelines.compile); the b
 (f) wrote equal tables and dead letters. A streamfill way's time ends once no merge of its table's small
 partitions runs or is due (a backfill ends so; after a stream the benchmark waits with the same call,
 connectors.spark.postgres_sink.merge_remaining): with 2,000,000 events over 4 partitions none is, with more than
-2,000,000 rows per Kafka partition the merges count (the README's "Small backfill chunks"). Prints offsets per second, the ratios to (b)
-and to (f), and the peak RSS of the driver (JVM and Python) and of the Python workers (the sum over workers at
-the peak sample).
+2,000,000 rows per Kafka partition the merges count (the README's "Small backfill chunks"). Prints offsets per
+second, the ratios to (b) and to (f), and the peak RSS of the driver (JVM and Python) and of the Python workers
+(the sum over workers at the peak sample).
 Repeats are interleaved; the median is reported. Needs `streamfill stack up`; Maven fetches Spark's Kafka
 source and the JDBC driver once.
 
@@ -123,6 +123,20 @@ def _jars(dest: Path) -> list[str]:
     return module.spark_kafka_jars(dest)
 
 
+def add_topic_args(ap: argparse.ArgumentParser) -> None:
+    """--events and --partitions: the topic of demo events the benchmarks share (topic_with_events)."""
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+
+
+def drop_tables(engine, tables: list[str]) -> None:
+    """The benchmark's tables, once it ends; then the engine is disposed."""
+    with engine.begin() as conn:
+        for t in tables:
+            conn.execute(text(f'DROP TABLE IF EXISTS "{t}" CASCADE'))
+    engine.dispose()
+
+
 def topic_with_events(bootstrap: str, count: int, partitions: int) -> str:
     """Demo events (1% bad), produced once and kept across runs."""
     topic = f"bench_e2e_{count}_{partitions}"
@@ -203,8 +217,7 @@ def upsert_jobs_file(work: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
+    add_topic_args(ap)
     ap.add_argument("--batch", type=int, default=500_000, help="maxOffsetsPerTrigger of both streams, chunk size")
     ap.add_argument("--small-chunk", type=int, default=50_000, help="the chunk size of way (d)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per way, interleaved; the median is reported")
@@ -303,10 +316,7 @@ def main() -> None:
                 same = compare(engine, written, sorted(set(written) & {"a", "b", "c", "d", "f"}))
     finally:
         spark.stop()
-        with engine.begin() as conn:
-            for t in tables:
-                conn.execute(text(f'DROP TABLE IF EXISTS "{t}" CASCADE'))
-        engine.dispose()
+        drop_tables(engine, tables)
     assert len(set(counts.values())) == 1 and args.events in counts.values(), f"the ways disagree: {counts}"
     rate = {k: args.events / statistics.median(ts) for k, ts in timings.items()}
     table = Table(title=f"{args.events:,} events, {args.partitions} partitions, batches of {args.batch:,} "

@@ -177,7 +177,7 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
     time, whichever process commits into it: a second one returns 0 (two would pick the same run and one would
     drop the table the other just attached), or with `wait` (a PostgreSQL interval) first waits that long for
     the other to end, then looks at the partitions it left."""
-    lock = (MERGE_LOCK_SPACE, f"{schema}.{table}")
+    lock = _lock_key(schema, table)
     with conn.cursor() as cur:
         if wait is None:
             cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", lock)
@@ -208,8 +208,9 @@ def merge_small(conn, schema: str, table: str, *, below_rows: int = MERGE_BELOW_
 def merge_due(conn, schema: str, table: str) -> bool:
     """Whether a merge of the table's small partitions runs now, in any session, or is due (in transactions of
     its own: call it between transactions)."""
+    lock = _lock_key(schema, table)
     with conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+        cur.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", lock)
         if not cur.fetchone()[0]:
             conn.commit()
             return True
@@ -217,8 +218,13 @@ def merge_due(conn, schema: str, table: str) -> bool:
             return bool(_runs(partitions(cur, schema, table), MERGE_BELOW_ROWS, MERGE_WHEN))
         finally:
             conn.rollback()
-            cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (MERGE_LOCK_SPACE, f"{schema}.{table}"))
+            cur.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", lock)
             conn.commit()
+
+
+def _lock_key(schema: str, table: str) -> tuple[int, str]:
+    """The advisory lock one table's merges share, as (key space, text hashed into the second key)."""
+    return MERGE_LOCK_SPACE, f"{schema}.{table}"
 
 
 def _merge_runs(conn, schema: str, table: str, below_rows: int, when: int, lock_timeout: str) -> int:

@@ -538,9 +538,8 @@ def merge_remaining(url: str, table: str) -> int:
                 cur.execute("SELECT current_schema()")
                 schema = cur.fetchone()[0]
             conn.commit()
-        merged = total = partitions.merge_small(conn, schema, name, wait=MERGE_WAIT)
-        while merged:
-            merged = partitions.merge_small(conn, schema, name, wait=MERGE_WAIT)
+        total = 0
+        while merged := partitions.merge_small(conn, schema, name, wait=MERGE_WAIT):
             total += merged
         return total
     finally:
