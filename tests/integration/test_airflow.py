@@ -22,6 +22,7 @@ from app.stack.airflow import airflow_bin, airflow_env, reserialize
 from orchestration.airflow_api import AirflowApi, AirflowError
 from spark_jobs.demo import events
 from spark_jobs.demo.produce import ensure_topic
+from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import consume_all, end_offsets
 from tests.kafka_helpers import produce as produce_records
 
@@ -203,20 +204,6 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
                if not e["success"]]
     assert sorted(failing) == [("expect_column_values_to_be_between", "amount"),
                                ("expect_column_values_to_be_unique", "event_id")]
-
-
-def replay_form_offers(api: AirflowApi, settings, job: str, timeout: float = 180) -> None:
-    """Parse the DAG files until the replay form's job list has `job`. Airflow skips writing a DAG whose last
-    write is under `min_serialized_dag_update_interval` (30 s) old, and `airflow dags test` run with a jobs
-    file of its own (the tests above) writes the form with that file's jobs: so one parse may not do."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reserialize(settings)
-        offered = api.call("GET", "/api/v2/dags/streamfill_replay/details")["params"]["job"]["schema"]["enum"]
-        if job in offered:
-            return
-        assert time.monotonic() < deadline, f"the replay form offers {offered}, never {job!r}"
-        time.sleep(3)
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.stack.airflow import admin_password, reserialize
+from app.stack.airflow import admin_password
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
+from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import end_offsets
 from tests.ui_helpers import log_in, wait_for
 
@@ -23,9 +24,9 @@ def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(brows
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    reserialize(stack_settings)
-    ensure_topic(bootstrap, "orders", 4)
     api = AirflowApi(stack_settings)
+    replay_form_offers(api, stack_settings, "orders")  # the form's default job, which this user keeps
+    ensure_topic(bootstrap, "orders", 4)
     before = end_offsets(bootstrap, "orders")
     produce(bootstrap, "orders", 500, seed=int(time.time()))
     after = end_offsets(bootstrap, "orders")

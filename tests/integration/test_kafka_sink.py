@@ -42,7 +42,10 @@ def test_a_stream_can_copy_one_topic_into_another(spark, bootstrap, topic_name, 
              .writeStream.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
              .option("topic", topic_name + "_out").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    try:
+        assert query.awaitTermination(600), "the availableNow copy did not finish within 600 s"
+    finally:
+        query.stop()
     assert sorted(m.value() for m in consume_all(bootstrap, topic_name + "_out", 2)) == \
         sorted(b"v%d" % i for i in range(500))
 

@@ -176,13 +176,16 @@ def test_a_partition_added_mid_stream_is_read_from_its_start(spark, bootstrap, t
          .queryName(name).trigger(processingTime="500 milliseconds")
          .option("checkpointLocation", str(tmp_path / name)).start())
     try:
-        deadline = time.monotonic() + 60
-        while spark.sql(f"select count(*) c from {name}").first().c < 10 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        while spark.sql(f"select count(*) c from {name}").first().c < 10:
+            assert time.monotonic() < deadline, "the stream did not read the first 10 records within 300 s"
             time.sleep(0.5)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name].result(30)
         produce(bootstrap, topic_name, [{"value": b"new", "partition": 1 + i % 2} for i in range(20)])
-        while spark.sql(f"select count(*) c from {name}").first().c < 30 and time.monotonic() < deadline + 60:
+        deadline = time.monotonic() + 300
+        while spark.sql(f"select count(*) c from {name}").first().c < 30:
+            assert time.monotonic() < deadline, "the stream did not read the added partitions within 300 s"
             time.sleep(0.5)
     finally:
         q.stop()

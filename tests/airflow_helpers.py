@@ -1,0 +1,22 @@
+"""Waits on the running Airflow that more than one test file needs."""
+
+from __future__ import annotations
+
+import time
+
+from app.stack.airflow import reserialize
+from orchestration.airflow_api import AirflowApi
+
+
+def replay_form_offers(api: AirflowApi, settings, job: str, timeout: float = 180) -> None:
+    """Parse the DAG files until the replay form's job list has `job`. Airflow skips writing a DAG whose last
+    write is under `min_serialized_dag_update_interval` (30 s) old, and `airflow dags test` run with a jobs
+    file of its own writes the form with that file's jobs: so one parse may not do."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reserialize(settings)
+        offered = api.call("GET", "/api/v2/dags/streamfill_replay/details")["params"]["job"]["schema"]["enum"]
+        if job in offered:
+            return
+        assert time.monotonic() < deadline, f"the replay form offers {offered}, never {job!r}"
+        time.sleep(3)
