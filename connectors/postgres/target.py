@@ -97,6 +97,14 @@ def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
     return f"{STAGE_PREFIX}{table[:30]}_{digest}"
 
 
+def schema_or_current(cur, schema: str | None) -> str:
+    """The schema a table name gave, or the one an unqualified name resolves to (search_path's first)."""
+    if schema is not None:
+        return schema
+    cur.execute("SELECT current_schema()")
+    return cur.fetchone()[0]
+
+
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],
             owner: str, dead_letters: bool = False, evolve: bool = False, partition: bool = False) -> Target:
     """Create the target when missing and check it when it exists (`create_stage` makes its staging table).
@@ -108,11 +116,9 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
     (a table a pipeline entry manages) a column it lacks is added, nullable, and columns it has that are not
     written are reported in the log and left as they are."""
     with conn.cursor() as cur:
-        if schema is None:
-            cur.execute("SELECT current_schema()")
-            schema = cur.fetchone()[0]
-        else:
+        if schema is not None:
             _check_schema(cur, schema, table)
+        schema = schema_or_current(cur, schema)
         shape = ",".join(f"{c.name}:{c.pg_type}:{c.stage_type}" for c in columns) + ("|dead-letters" if dead_letters else "")
         target = Target(schema, table, tuple(columns), tuple(key), stage_name(schema, table, owner, shape),
                         dead_letters)

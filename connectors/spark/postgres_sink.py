@@ -533,11 +533,9 @@ def merge_remaining(url: str, table: str) -> int:
     schema, name = parse_table(table)
     conn = psycopg2.connect(dsn(url), **connect_args())
     try:
-        if schema is None:
-            with conn.cursor() as cur:
-                cur.execute("SELECT current_schema()")
-                schema = cur.fetchone()[0]
-            conn.commit()
+        with conn.cursor() as cur:
+            schema = target.schema_or_current(cur, schema)
+        conn.commit()
         total = 0
         while merged := partitions.merge_small(conn, schema, name, wait=MERGE_WAIT):
             total += merged
