@@ -122,12 +122,15 @@ def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, sta
         jid = job_id(s, job)
         s.execute(select(Job.id).where(Job.id == jid).with_for_update())  # one planner at a time per job
         fencing.check(s, job, jid, generation, refuse_live_holder=True)
+        if run_id is None and generation is not None:
+            run_id = fencing.run_of(s, jid, generation)  # the launch's runs row: the offset finder's "run"
         last = _last_batch(s, jid)
         ends = {TopicPartition(r.topic, r.partition): r.end for r in ranges}
         if last is not None and _same_plan(s, last.id, ranges) and (
                 last.committed_at is None or _agrees_fully(ends, _snapshot(s, jid))):
             if last.committed_at is None and generation is not None:
                 last.generation = generation  # the launch holding the job now owns its pending batch
+                last.run_id = run_id
             return last.id  # a replay: before its commit, or with the job still standing at its end
         if start is not None:
             _check_start(s, job, jid, start, last, from_checkpoint)

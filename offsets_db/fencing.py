@@ -69,6 +69,11 @@ def holder(s: Session | Connection, jid: int) -> Holder | None:
     return None if row is None else Holder(*row)
 
 
+def run_of(s: Session, jid: int, generation: int) -> int | None:
+    """The `runs` row of the launch that holds the job with this generation (None before it has one)."""
+    return s.scalar(select(JobLease.run_id).where(JobLease.job_id == jid, JobLease.generation == generation))
+
+
 class Lease:
     """A launch's hold on its job: keep it for the launch's whole life, release it (or exit) at the end."""
 

@@ -10,7 +10,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from offsets_db.models import Batch, BatchOffset, Job, QualityResult
+from offsets_db.models import Batch, BatchOffset, Job, QualityResult, Run
 from streamfill.names import parse_table
 
 Range = tuple[str, int, int, int]  # topic, partition, [start, end)
@@ -84,10 +84,13 @@ def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Ran
 
 def record_result(engine: Engine, job_id: int | None, suite: str, table: str, success: bool,
                   statistics: dict[str, Any], result: dict[str, Any]) -> int:
-    """Store one validation; returns its quality_results id."""
+    """Store one validation, linked to the job's newest run (the launch whose rows it checked, or the stream
+    running now); returns its quality_results id."""
     with Session(engine) as s, s.begin():
-        row = QualityResult(job_id=job_id, suite=suite, table_name=table, success=success, statistics=statistics,
-                            result=result)
+        run_id = None if job_id is None else s.scalar(
+            select(Run.id).where(Run.job_id == job_id).order_by(Run.id.desc()).limit(1))
+        row = QualityResult(job_id=job_id, run_id=run_id, suite=suite, table_name=table, success=success,
+                            statistics=statistics, result=result)
         s.add(row)
         s.flush()
         return row.id

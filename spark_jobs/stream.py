@@ -79,7 +79,8 @@ class StreamArgs:
         return cls(job=job, topic=topic, table=table or spec.table,
                    checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
                    trigger=trigger or spec.trigger,
-                   max_offsets_per_trigger=max_offsets_per_trigger or spec.max_offsets_per_trigger,
+                   max_offsets_per_trigger=(spec.max_offsets_per_trigger if max_offsets_per_trigger is None
+                                            else max_offsets_per_trigger),
                    pipeline=pipeline, **flags)
 
 
@@ -155,13 +156,25 @@ def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event
             recorded_run(store, args.job, spark.sparkContext.applicationId, lease) as run_row:
         first_batch = store.last_batch_id(args.job)
         query = start(spark, args, bootstrap, url, query_plan(spark, args, bootstrap, url, lease.generation))
-        seen = -1
-        try:
-            while query.isActive:
-                progress = query.lastProgress
-                if progress and progress["batchId"] != seen and on_batch:
+        seen, newest = -1, None
+
+        def report() -> None:
+            """One call per micro-batch that ran, in order. lastProgress alone misses a batch that ended between
+            two looks, and an idle trigger reports the next batch's id; so once it changes, the batches that ran
+            (with an addBatch time) are taken from recentProgress, the last 100."""
+            nonlocal seen, newest
+            last = query.lastProgress if on_batch else None
+            if last is None or last["timestamp"] == newest:
+                return
+            newest = last["timestamp"]
+            for progress in query.recentProgress:
+                if progress["batchId"] > seen and "addBatch" in progress["durationMs"]:
                     seen = progress["batchId"]
                     on_batch(progress)
+
+        try:
+            while query.isActive:
+                report()
                 if stop.is_set():
                     _stop_between_batches(query)
                     run_row.status = summary.status = "stopped"
@@ -170,9 +183,7 @@ def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event
         except KeyboardInterrupt:
             _stop_between_batches(query)
             raise
-        last = query.lastProgress
-        if last and last["batchId"] != seen and on_batch:
-            on_batch(last)
+        report()
         failure = query.exception()
         if failure is not None:
             raise StreamfillError(f"stream {args.job!r} failed: {failure.desc}") from None

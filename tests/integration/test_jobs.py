@@ -74,7 +74,9 @@ def test_the_stream_lands_exactly_the_valid_events_and_dead_letters_the_bad_ones
     valid, bad = demo_topic(bootstrap, topic_name, 4000, 0.05)
     job, table = f"{topic_name}-stream", f"{topic_name}_events"
     args = stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 1500, pipeline="orders")
-    summary = stream.run(args, spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
+    reported: list[int] = []
+    summary = stream.run(args, spark, bootstrap, stack_settings.offsets_db_url, threading.Event(),
+                         lambda progress: reported.append(progress["batchId"]))
 
     ids, dead, offsets = landed(db, table, job)
     assert len(ids) == len(valid) and set(ids) == valid
@@ -83,9 +85,14 @@ def test_the_stream_lands_exactly_the_valid_events_and_dead_letters_the_bad_ones
     assert len(offsets) == len(valid) + len(bad) == 4000
     assert (summary.status, summary.rows, summary.dead_letters) == ("succeeded", len(valid), len(bad))
     assert summary.batches >= 3  # 4000 offsets at most 1500 per micro-batch
+    assert reported == list(range(summary.batches))  # one report per micro-batch, none twice, none missed
     # the run is recorded; dead letters carry the reason
     assert query(db, "SELECT r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j", j=job) == [
         ("succeeded",)]
+    # every batch names the run that read it (the offset finder's "run")
+    assert query(db, "SELECT count(*), count(DISTINCT b.run_id), bool_and(r.job_id = b.job_id) FROM batches b "
+                     "JOIN jobs j ON j.id = b.job_id LEFT JOIN runs r ON r.id = b.run_id WHERE j.name = :j",
+                 j=job) == [(summary.batches, 1, True)]
     reasons = {r[0].split(":")[0] for r in query(db, "SELECT error FROM dead_letters d JOIN jobs j ON "
                                                      "j.id = d.job_id WHERE j.name = :j", j=job)}
     assert "invalid JSON" in reasons and any(r.startswith("missing field") for r in reasons)
@@ -196,6 +203,12 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_s
     assert code == 0, out
     ids, dead, offsets = landed(db, table, job)
     assert len(ids) == len(valid) and set(ids) == valid and dead == set(bad)
+    # each batch names the launch that read it: the stopped one's first, then the restart's
+    by_seq = [r[0] for r in query(db, "SELECT b.run_id FROM batches b JOIN jobs j ON j.id = b.job_id WHERE "
+                                      "j.name = :j ORDER BY b.seq", j=job)]
+    runs = [r[0] for r in query(db, "SELECT r.id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j "
+                                    "ORDER BY r.id", j=job)]
+    assert len(runs) == 2 and set(by_seq) == set(runs) and by_seq == sorted(by_seq), (by_seq, runs)
 
 
 def test_a_stream_and_a_backfill_over_the_same_offsets_into_one_table_land_each_key_once(
