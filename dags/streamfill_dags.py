@@ -12,8 +12,9 @@ Per job J:
 - streamfill_quality__J: the quality suite on the stream's table, with freshness, on a schedule.
 And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
 
-Scheduled DAGs start paused: unpause those you want running. Nothing here names a host or a credential: they
-come from the Airflow connections streamfill_postgres, streamfill_kafka and streamfill_spark.
+Scheduled DAGs start paused: unpause those you want running (a backfill's runs of a paused DAG stay queued).
+Nothing here names a host or a credential: they come from the Airflow connections streamfill_postgres and
+streamfill_kafka and the variable streamfill_spark_master.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ TAGS = ["streamfill"]
 def run_stream(job: str) -> None:
     from orchestration import tasks as o
 
-    spec = JOBS[job]
-    trigger = get_current_context()["params"]["trigger"] or spec.trigger
+    spec, ctx = JOBS[job], get_current_context()
+    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    trigger = ctx["params"]["trigger"] or spec.trigger
     # a retry waits for a launch of the job still stopping (it holds the job until its session ends)
     o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger, "--wait-for-job", o.RETRY_WAIT],
                    o.endpoints())
@@ -74,15 +76,21 @@ def validate_replay() -> dict:
     from offsets_db.store import OffsetStore
     from orchestration import tasks as o
     from spark_jobs import backfill
+    from streamfill.errors import OptionError
 
-    p = get_current_context()["params"]
+    ctx = get_current_context()
+    p = ctx["params"]
+    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     spec = JOBS[p["job"]]
     table = p["table"] or f"{spec.table}_replay"
     ends = o.endpoints()
-    args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"], p["to"],
-                                 table, p["mode"], p["chunk_size"], spec.name)
-    backfill.check_job(args, OffsetStore(ends.db_url))
-    window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
+    try:
+        args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"],
+                                     p["to"], table, p["mode"], p["chunk_size"], spec.name)
+        backfill.check_job(args, OffsetStore(ends.db_url))
+        window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
+    except OptionError as exc:
+        raise o.as_form_error(exc) from None
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
     return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
             "mode": args.mode, "chunk_size": args.chunk_size, "pipeline": spec.name}

@@ -44,6 +44,22 @@ def overview(engine: Engine, now: datetime, first: list[str], limit: int = 200) 
                                                                    "first": list(first), "limit": limit})]
 
 
+def job_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(text("SELECT count(*) FROM jobs"))
+
+
+def next_offsets(engine: Engine, names: list[str]) -> dict[str, dict[tuple[str, int], int]]:
+    """Each job's committed next offset per partition (latest_offsets), for the jobs named."""
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    with engine.connect() as conn:
+        for job_name, topic, partition, offset in conn.execute(text(
+                "SELECT job, topic, partition, next_offset FROM latest_offsets WHERE job = ANY(CAST(:names AS text[]))"),
+                {"names": list(names)}):
+            out.setdefault(job_name, {})[(topic, partition)] = offset
+    return out
+
+
 def job(engine: Engine, name: str) -> dict[str, Any] | None:
     """The job's row (id, name, kind, config), None when offsets_db has no such job."""
     with engine.connect() as conn:

@@ -8,11 +8,14 @@ connections `streamfill_postgres` (offsets_db and the sink tables) and `streamfi
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,10 +25,36 @@ from sqlalchemy import URL
 from offsets_db import queries
 from offsets_db.engine import make_engine
 from streamfill import REPO_ROOT
+from streamfill.errors import OptionError
 
 log = logging.getLogger("streamfill.orchestration")
 
 POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = "streamfill_postgres", "streamfill_kafka", "streamfill_spark_master"
+
+
+# the backfill's flags and the replay form's fields that carry them
+FORM_FIELDS = {"--job": "job", "--from": "from", "--to": "to", "--mode": "mode", "--table": "table",
+               "--chunk-size": "chunk_size"}
+_FLAG = re.compile(r"--(?:job|from|to|mode|table|chunk-size)\b")
+
+
+def refuse_unknown_conf(dag_id: str, conf: Mapping[str, object], params: Mapping[str, object]) -> None:
+    """A triggered run's conf may only set the DAG's declared Params (`dag.params`: the task's merged params hold
+    the conf's keys too). Airflow accepts any key, so a misspelt `from` would otherwise replay the whole topic
+    from the default."""
+    for key in sorted(set(conf) - set(params)):
+        close = difflib.get_close_matches(key, list(params), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise OptionError(key, conf[key], f"is not a field of {dag_id}'s form (its fields: {', '.join(params)})",
+                          f"{hint}Trigger the run again with the form's fields only")
+
+
+def as_form_error(exc: OptionError) -> OptionError:
+    """A backfill check's error in the replay form's words: its fields, not the command line's flags."""
+    def words(text: str) -> str:
+        return _FLAG.sub(lambda m: FORM_FIELDS[m.group(0)], text)
+
+    return OptionError(FORM_FIELDS.get(exc.option, exc.option), exc.value, words(exc.problem), words(exc.fix))
 
 
 @dataclass(frozen=True)

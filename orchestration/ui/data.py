@@ -11,12 +11,14 @@ from sqlalchemy import Engine
 
 from offsets_db import dashboard
 from orchestration.tasks import health_problems
+from orchestration.ui import db
 from orchestration.ui import format as fmt
 from spark_jobs.pipelines import PipelineSpec, load
 from streamfill.errors import StreamfillError
 from streamfill.names import validate_job_name
 
 DEFAULT_KEY = ["topic", "partition", "offset"]
+OVERVIEW_LIMIT = 200  # jobs on the overview unless the page asks for more (?limit=)
 
 
 class NotFound(StreamfillError):
@@ -38,12 +40,40 @@ def run_link(ui_root: str, dag_id: str | None, run_id: str | None) -> str | None
     return f"{ui_root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
-def overview(engine: Engine, ui_root: str, now: datetime | None = None) -> dict[str, Any]:
+def log_ends(partitions: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], int] | None, str | None]:
+    """The broker's log end now for these partitions (metadata, then one batched request; 5 s at most each), or
+    None and why not: the page then shows the lag measured at each job's last planning."""
+    if not partitions:
+        return {}, None
+    from confluent_kafka import KafkaException
+
+    from connectors.kafka.broker import Broker
+    from streamfill.partitions import TopicPartition
+
+    try:
+        broker = Broker({"bootstrap.servers": db.bootstrap_servers()}, timeout_s=5)
+        exists = broker.topics()  # a deleted topic or partition has no log end: its job keeps the planned lag
+        found = broker.watermarks([TopicPartition(t, p) for t, p in sorted(partitions) if p < exists.get(t, 0)])
+    except (StreamfillError, KafkaException) as exc:
+        return None, str(exc)
+    return {(tp.topic, tp.partition): high for tp, (_, high) in found.items()}, None
+
+
+def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: int = OVERVIEW_LIMIT) -> dict[str, Any]:
+    """The first `limit` jobs (the jobs file's entries, then the most recently active), each with its lag now."""
     now = now or datetime.now(timezone.utc)
     specs, jobs_error = entries()
+    found = dashboard.overview(engine, now, sorted(specs), limit=limit)
+    positions = dashboard.next_offsets(engine, [r["name"] for r in found])
+    windows = {r["name"]: fmt.window_of(r["config"]) if r["kind"] == "backfill" else None for r in found}
+    ends, broker_error = log_ends({tp for r in found if windows[r["name"]] is None
+                                   for tp in positions.get(r["name"], {})})
     rows = []
-    for r in dashboard.overview(engine, now, sorted(specs)):
+    for r in found:
         spec = specs.get(r["name"])
+        now_lag = fmt.lag_now(positions.get(r["name"], {}), ends, windows[r["name"]])
+        if now_lag is not None:
+            r["total_lag"], r["max_lag"] = now_lag
         problems: list[str] = []
         stale = lagging = False
         if spec is not None:
@@ -55,7 +85,9 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None) -> dict[
             "name": r["name"], "kind": r["kind"], "entry": spec is not None,
             "state": r["status"] or "no run", "run_link": run_link(ui_root, r["dag_id"], r["airflow_run_id"]),
             "last_commit": fmt.iso(r["last_commit"]), "commit_age": fmt.age(r["last_commit"], now),
-            "total_lag": r["total_lag"], "max_lag": r["max_lag"], "rows_hour": r["rows_hour"] or 0,
+            "total_lag": r["total_lag"], "max_lag": r["max_lag"],
+            "lag_measured": "now" if now_lag is not None else "at the last planning",
+            "rows_hour": r["rows_hour"] or 0,
             "dead_hour": r["dead_hour"] or 0,
             "quality": None if r["quality_ok"] is None else ("passed" if r["quality_ok"] else "failed"),
             "quality_age": fmt.age(r["quality_at"], now) if r["quality_at"] else None,
@@ -63,7 +95,9 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None) -> dict[
             "health": None if spec is None else {"max_commit_age_minutes": spec.health.max_commit_age_minutes,
                                                  "max_lag": spec.health.max_lag},
         })
-    return {"jobs": rows, "jobs_error": jobs_error, "now": fmt.iso(now)}
+    total = dashboard.job_count(engine) if len(found) >= limit else len(found)
+    return {"jobs": rows, "jobs_error": jobs_error, "now": fmt.iso(now), "shown": len(rows), "total": total,
+            "limit": limit, "broker_error": broker_error}
 
 
 def job_row(engine: Engine, name: str) -> dict[str, Any]:

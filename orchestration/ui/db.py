@@ -9,7 +9,7 @@ import threading
 from sqlalchemy import URL, Engine
 
 from offsets_db.engine import make_engine
-from orchestration.tasks import POSTGRES_CONN
+from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
 from streamfill.errors import StreamfillError
 
 _lock = threading.Lock()
@@ -17,23 +17,38 @@ _engine: Engine | None = None
 
 
 class NoDatabase(StreamfillError):
-    """Neither the Airflow connection nor STREAMFILL_DB_URL says where offsets_db is."""
+    """Neither an Airflow connection nor its STREAMFILL_* variable says where offsets_db (or the broker) is."""
 
 
-def database_url() -> str:
+def _connection(conn_id: str, env_var: str):
+    """(the Airflow connection, None), or (None, the value of `env_var`) when Airflow has no such connection."""
     from airflow.exceptions import AirflowNotFoundException
     from airflow.models.connection import Connection
 
     try:
-        pg = Connection.get_connection_from_secrets(POSTGRES_CONN)
+        return Connection.get_connection_from_secrets(conn_id), None
     except AirflowNotFoundException:
-        url = os.environ.get("STREAMFILL_DB_URL")
-        if url:
-            return url
-        raise NoDatabase(f"no Airflow connection {POSTGRES_CONN!r} and no STREAMFILL_DB_URL: add the connection "
-                         "(Admin > Connections) or set STREAMFILL_DB_URL in the API server's environment") from None
+        if os.environ.get(env_var):
+            return None, os.environ[env_var]
+        raise NoDatabase(f"no Airflow connection {conn_id!r} and no {env_var}: add the connection (Admin > "
+                         f"Connections) or set {env_var} in the API server's environment") from None
+
+
+def database_url() -> str:
+    pg, url = _connection(POSTGRES_CONN, "STREAMFILL_DB_URL")
+    if pg is None:
+        return url
     return URL.create("postgresql+psycopg2", username=pg.login or None, password=pg.password or None,
                       host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
+
+
+def bootstrap_servers() -> str:
+    """The broker the page asks for log ends: the `streamfill_kafka` connection the tasks use, else
+    STREAMFILL_KAFKA_BOOTSTRAP_SERVERS."""
+    kafka, servers = _connection(KAFKA_CONN, "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS")
+    if kafka is None:
+        return servers
+    return kafka.extra_dejson.get("bootstrap_servers") or f"{kafka.host}:{kafka.port or 9092}"
 
 
 def engine() -> Engine:

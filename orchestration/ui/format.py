@@ -4,6 +4,7 @@ when a long window is drawn in buckets. No Airflow, no database: unit-tested on 
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -78,3 +79,28 @@ def per_second(amount: int | float | None, seconds: float | None) -> float | Non
     if amount is None or not seconds or seconds <= 0:
         return None
     return round(float(amount) / float(seconds), 1)
+
+
+Partition = tuple[str, int]
+
+
+def lag_now(positions: Mapping[Partition, int], log_ends: Mapping[Partition, int] | None,
+            window: Mapping[Partition, tuple[int, int]] | None = None) -> tuple[int, int] | None:
+    """(total, worst partition) of what a job has left to read. A bounded job (a backfill's `window` of [start,
+    end) per partition): the offsets of its range not yet committed, whatever the log holds beyond it. Any
+    other: the broker's log end now minus the job's next offset. None when the log ends are unknown."""
+    if window is not None:
+        left = [max(end - positions.get(tp, start), 0) for tp, (start, end) in window.items()]
+    elif log_ends is None:
+        return None
+    else:
+        left = [max(log_ends[tp] - offset, 0) for tp, offset in positions.items() if tp in log_ends]
+    return (sum(left), max(left)) if left else None
+
+
+def window_of(config: Mapping | None) -> dict[Partition, tuple[int, int]] | None:
+    """A backfill's recorded range ({"topic:partition": [start, end]} under config["backfill"]["window"])."""
+    raw = ((config or {}).get("backfill") or {}).get("window")
+    if not raw:
+        return None
+    return {(key.rpartition(":")[0], int(key.rpartition(":")[2])): (int(s), int(e)) for key, (s, e) in raw.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -84,8 +84,8 @@ def create_app() -> FastAPI:
                             headers={"Cache-Control": "private, max-age=86400"})
 
     @app.get("/", response_class=HTMLResponse)
-    def overview_page(request: Request):
-        return page(request, "overview.html", **data.overview(db.engine(), roots(request)[1]))
+    def overview_page(request: Request, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
+        return page(request, "overview.html", **data.overview(db.engine(), roots(request)[1], limit=limit))
 
     @app.get("/jobs/{job}", response_class=HTMLResponse)
     def job_page(request: Request, job: str, window: str | None = None):
@@ -115,8 +115,8 @@ def create_app() -> FastAPI:
                     offset=offset)
 
     @app.get("/api/jobs")
-    def jobs_api(request: Request):
-        return as_json(data.overview(db.engine(), roots(request)[1]))
+    def jobs_api(request: Request, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
+        return as_json(data.overview(db.engine(), roots(request)[1], limit=limit))
 
     @app.get("/api/jobs/{job}/lag")
     def lag_api(job: str, window: str | None = None):

@@ -231,6 +231,18 @@ def test_a_replay_triggered_through_the_rest_api_lands_its_rows(api, bootstrap, 
     # a bad conf is refused by the Params schema with the parameter named
     with pytest.raises(AirflowError, match=r"HTTP 400 .*mode"):
         api.trigger("streamfill_replay", {**conf, "mode": "upsert"})
+    # a key that is no field of the form (Airflow accepts any) fails the run's first task, before Spark
+    typo = {k: v for k, v in conf.items() if k != "from"} | {"form": conf["from"], "table": f"{table}_typo"}
+    run_id = api.trigger("streamfill_replay", typo)
+    assert api.wait("streamfill_replay", run_id) == "failed"
+    run = urllib.parse.quote(run_id)
+    states = {t["task_id"]: t["state"] for t in api.call(
+        "GET", f"/api/v2/dags/streamfill_replay/dagRuns/{run}/taskInstances")["task_instances"]}
+    assert states == {"validate_replay": "failed", "run_replay": "upstream_failed", "quality": "upstream_failed"}
+    log = json.dumps(api.call("GET", f"/api/v2/dags/streamfill_replay/dagRuns/{run}/taskInstances/validate_replay/"
+                                     "logs/1?full_content=true"))
+    assert "is not a field of streamfill_replay's form" in log and "did you mean 'from'?" in log, log[-3000:]
+    assert query(db, "SELECT to_regclass(:t) IS NULL", t=f"{table}_typo") == [(True,)]
 
 
 @contextmanager

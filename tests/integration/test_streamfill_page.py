@@ -15,6 +15,7 @@ from sqlalchemy import text
 from app.stack.airflow import admin_password, reserialize
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
+from tests.kafka_helpers import end_offsets
 from tests.ui_helpers import log_in, wait_for
 
 pytestmark = pytest.mark.integration
@@ -127,3 +128,37 @@ def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(
         "return fetch(arguments[0]).then(r => r.text())", f"/streamfill/api/jobs/orders/find?topic=orders&partition="
         f"{partition}&offset={start}"))
     assert [b["batch_seq"] for b in api["batches"]][:1] == [seq]
+    assert api["batches"][0]["airflow_run_id"] == demo_run  # and the run that read it
+
+
+def get(url: str, token: str) -> tuple[int, str]:
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"}),
+                                timeout=60) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_the_overview_shows_the_lag_now_and_says_when_it_lists_part_of_the_jobs(stack_settings, bootstrap, db,
+                                                                              demo_run):
+    base = f"http://{stack_settings.host}:{stack_settings.airflow_port}/streamfill"
+    token = AirflowApi(stack_settings).token
+    # records the stopped job has not read: the lag now counts them, whatever its last planning saw
+    produce(bootstrap, "orders", 300, bad_ratio=0.0, seed=int(time.time()) + 1)
+    ends = end_offsets(bootstrap, "orders")
+    next_offsets = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = 'orders' AND "
+                                  "topic = 'orders'"))
+    behind = {p: max(e - next_offsets.get(p, 0), 0) for p, e in ends.items()}
+    jobs = json.loads(get(base + "/api/jobs", token)[1])
+    orders = next(j for j in jobs["jobs"] if j["name"] == "orders")
+    assert (orders["total_lag"], orders["max_lag"], orders["lag_measured"]) == (
+        sum(behind.values()), max(behind.values()), "now")
+    assert orders["total_lag"] >= 300 and jobs["broker_error"] is None
+
+    # more jobs than the page lists: it says how many it shows and links to all of them
+    total = query(db, "SELECT count(*) FROM jobs")[0][0]
+    assert total >= 2
+    part = json.loads(get(base + "/api/jobs?limit=1", token)[1])
+    assert (part["shown"], part["total"], len(part["jobs"])) == (1, total, 1)
+    assert part["jobs"][0]["name"] == "orders"  # the jobs file's entries first
+    status, html = get(base + "/?limit=1", token)
+    assert status == 200 and f"Showing 1 of {total:,} jobs" in html and f'?limit={total}"' in html
+    assert "Showing" not in get(base + f"/?limit={total}", token)[1]

@@ -26,3 +26,28 @@ def test_window_and_replay_job_names_are_valid_stable_and_distinct():
 def test_consumed_ranges_merge_per_partition():
     assert merge([("t", 0, 10, 20), ("t", 0, 0, 10), ("t", 1, 5, 6), ("t", 0, 15, 30), ("t", 0, 40, 40)]) == [
         ("t", 0, 0, 30), ("t", 1, 5, 6)]
+
+
+def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_field():
+    from orchestration.tasks import refuse_unknown_conf
+    from streamfill.errors import OptionError
+
+    fields = {"job": "orders", "from": "earliest", "to": "latest", "table": None}
+    refuse_unknown_conf("streamfill_replay", {"job": "orders", "from": "{}"}, fields)  # known keys pass
+    with pytest.raises(OptionError, match=r"form='\{\"0\": 5\}': is not a field of streamfill_replay's form "
+                                          r"\(its fields: job, from, to, table\)\. did you mean 'from'\?"):
+        refuse_unknown_conf("streamfill_replay", {"job": "orders", "form": '{"0": 5}'}, fields)
+    with pytest.raises(OptionError, match=r"option zzz=1: .* Trigger the run again with the form's fields only"):
+        refuse_unknown_conf("streamfill_replay", {"zzz": 1}, fields)
+
+
+def test_a_backfill_check_fails_in_the_replay_forms_words():
+    from orchestration.tasks import as_form_error
+    from streamfill.errors import OptionError
+
+    cli = OptionError("--from", '{"0": 9}', "is after --to '{\"0\": 5}' on t-0", "choose a --to at or after --from; "
+                      "see --chunk-size and --topic")
+    form = as_form_error(cli)
+    assert (form.option, form.value) == ("from", '{"0": 9}')
+    assert str(form) == ("option from='{\"0\": 9}': is after to '{\"0\": 5}' on t-0. choose a to at or after from; "
+                         "see chunk_size and --topic")

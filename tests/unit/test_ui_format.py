@@ -52,3 +52,18 @@ def test_raw_bytes_are_shown_as_text_with_escapes_and_as_hex_and_cut():
     assert long["text"] == "x" * 200 and long["truncated"] and len(long["hex"].split()) == 200
     assert fmt.safe_bytes(memoryview(b"ok"))["text"] == "ok"
     assert fmt.safe_bytes(None) == {"text": "(no value)", "hex": "", "truncated": False}
+
+
+def test_lag_now_is_the_log_end_now_for_a_stream_and_what_is_left_of_its_range_for_a_backfill():
+    from orchestration.ui.format import lag_now, window_of
+
+    positions = {("t", 0): 100, ("t", 1): 40}
+    assert lag_now(positions, {("t", 0): 130, ("t", 1): 40}) == (30, 30)
+    assert lag_now(positions, {("t", 0): 90, ("t", 1): 45}) == (5, 5)  # never negative
+    assert lag_now(positions, None) is None  # the broker did not answer
+    assert lag_now({}, {}) is None
+    window = window_of({"backfill": {"window": {"t:0": [0, 100], "t:1": [0, 50], "t:2": [10, 20]}}})
+    assert window == {("t", 0): (0, 100), ("t", 1): (0, 50), ("t", 2): (10, 20)}
+    # a finished partition, one with 10 left, one not started: the log beyond the range does not count
+    assert lag_now(positions, {("t", 0): 500}, window) == (20, 10)
+    assert window_of({"stream": {}}) is None and window_of(None) is None
