@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from sqlalchemy import make_url
 
 from offsets_db.fencing import Lease
@@ -138,7 +139,7 @@ def wait_seconds(raw: str) -> float:
 
 def fail(exc: BaseException) -> SystemExit:
     """Print the error as one readable message and return the exit to raise (code 1)."""
-    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # `key: [a]` in a message is not markup
     return SystemExit(1)
 
 

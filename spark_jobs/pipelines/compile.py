@@ -15,14 +15,17 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.pipelines.spec import Column, PipelineSpec
 from spark_jobs.pipelines.types import NUMERIC
+from streamfill.errors import OptionError
 
 CORRUPT = "_corrupt"
+STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
 
 
 def _coordinates() -> list[SparkColumn]:
@@ -36,8 +39,29 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
         return kafka.select(*_coordinates(), "key", "value", _headers(kafka),
                             F.lit(None).cast("string").alias("_error"),
                             F.lit(None).cast("binary").alias("_raw"))
-    cols = _columns(spec)
-    return cols.select(check(kafka, spec), "rows", "out")
+    try:
+        cols = _columns(spec)
+        return cols.select(check(kafka, spec), "rows", "out")
+    except AnalysisException:
+        if not spec.derived:
+            raise
+        raise _bad_derived(check(kafka, spec), spec) from None
+
+
+def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
+    """The first `derived` expression Spark cannot parse or resolve over the entry's columns, named with its
+    entry (the launch fails before anything is read or recorded)."""
+    rows = _columns_without_derived(spec).select(checked, "rows")
+    for name, sql in spec.derived.items():
+        try:
+            rows.select(F.expr(sql).alias(name))
+        except AnalysisException as exc:
+            reason = str(exc).strip().splitlines()[0]
+            return OptionError(f"derived.{name}", sql, f"in entry {spec.name!r} is not a Spark SQL expression over "
+                               f"the entry's columns ({', '.join(spec.columns)}): {reason}",
+                               "Fix the expression in the jobs file and launch again")
+    return OptionError("derived", dict(spec.derived), f"of entry {spec.name!r} do not resolve together",
+                       "Check that no derived column refers to another")
 
 
 def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
@@ -84,6 +108,10 @@ class _Projections:
 
 _built: dict[tuple[object, str], _Projections] = {}  # (the JVM's gateway, the entry's parse fields) -> columns
 _building = threading.Lock()  # a backfill builds its chunks in threads
+
+
+def _columns_without_derived(spec: PipelineSpec) -> _Projections:
+    return _columns(spec.model_copy(update={"derived": {}}))
 
 
 def _columns(spec: PipelineSpec) -> _Projections:
@@ -155,7 +183,13 @@ def _typed(raw: SparkColumn, c: Column, path: str) -> SparkColumn:
         return F.when(F.lower(raw) == "true", F.lit(True)).when(F.lower(raw) == "false", F.lit(False))
     if t.name == "timestamp":
         return F.try_to_timestamp(raw)
-    if t.name in ("array", "struct"):
+    if t.name == "struct":
+        # PERMISSIVE from_json nulls a field whose value does not fit and keeps the rest; a corrupt-record field
+        # shows it, so the whole value is "not a struct<...>" (a reason) rather than a struct with silent nulls
+        parsed = F.from_json(raw, t.spark[:-1] + f",`{STRUCT_CORRUPT}`:string>",
+                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": STRUCT_CORRUPT})
+        return F.when(parsed.getField(STRUCT_CORRUPT).isNull(), parsed.dropFields(STRUCT_CORRUPT))
+    if t.name == "array":
         return F.from_json(raw, t.spark)
     return raw.try_cast(t.spark)
 

@@ -4,12 +4,14 @@ the fix, and nothing else is loaded from a file that has one."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import typing
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from spark_jobs.pipelines.spec import PipelineSpec
 from streamfill import REPO_ROOT
@@ -66,11 +68,35 @@ def _describe(error: dict) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if not where:
         return message
-    if error["type"] in ("missing", "extra_forbidden"):
-        return f"{where}\n  {message}"
+    if error["type"] == "extra_forbidden":
+        known = _keys_at(error["loc"][:-1])
+        close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1, cutoff=0.7)
+        hint = f": did you mean {close[0]!r}?" if close else "."
+        return f"{where}\n  is not a setting here{hint} The settings are: {', '.join(known)}"
+    if error["type"] == "missing":
+        return f"{where}\n  is required: add `{error['loc'][-1]}:` to the entry (the README's \"Your own pipeline\" lists every setting)"
     shown = error.get("input")
     value = "" if isinstance(shown, dict) else f" = {shown!r}"
     return f"{where}{value}: {message}"
+
+
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys the entry's model accepts at `loc` (the entry itself, a column, health)."""
+    model: type[BaseModel] = PipelineSpec
+    parts = list(loc)
+    while parts:
+        found = model.model_fields.get(str(parts.pop(0)))
+        if found is None:
+            return []
+        inner = found.annotation
+        if typing.get_origin(inner) is dict:  # columns: {name: Column}: skip the name
+            inner = typing.get_args(inner)[1]
+            if parts:
+                parts.pop(0)
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return []
+        model = inner
+    return [f.alias or n for n, f in model.model_fields.items() if n != "name"]
 
 
 def _check_avro(path: Path, spec: PipelineSpec) -> None:

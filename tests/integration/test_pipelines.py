@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -73,6 +74,8 @@ BAD_PAYMENTS = [
     (lambda p: {**p, "payment_id": "a\u0000b"}, "payment_id contains a NUL character"),
     (lambda p: {**p, "attempts": 3_000_000_000}, "attempts out of range for int: 3000000000"),
     (lambda p: {**p, "amount": "1e30"}, "amount out of range for decimal(12,2)"),
+    (lambda p: {**p, "customer": {"id": "x1", "country": "DE"}},
+     'customer is not a struct<id:bigint,country:string>: {"id":"x1","country":"DE"}'),
 ]
 
 
@@ -83,6 +86,7 @@ def world(stack_settings, bootstrap, tmp_path_factory):
     folder = tmp_path_factory.mktemp("pipelines")
     (folder / "click.avsc").write_text(json.dumps(CLICK_SCHEMA))
     names = {k: f"{k}_{tag}" for k in ("payments", "accounts", "clicks", "blobs")}
+    lossy = f"lossy_{tag}"  # the payments topic without dead letters: read by a backfill only
     jobs = folder / "jobs.yaml"
     jobs.write_text(textwrap.dedent(f"""\
         jobs:
@@ -128,6 +132,13 @@ def world(stack_settings, bootstrap, tmp_path_factory):
             topic: {names['blobs']}
             format: raw
             table: {names['blobs']}
+          {lossy}:
+            topic: {names['payments']}
+            columns:
+              payment_id: {{type: string, required: true, max_length: 64}}
+              amount:     {{type: "decimal(12,2)", required: true, min: 0, max: 1000000}}
+            table: {lossy}
+            dead_letters: false
         """))
     create_topic(bootstrap, names["payments"], 2)
     payments, expected_dead = [], {}
@@ -171,7 +182,8 @@ def world(stack_settings, bootstrap, tmp_path_factory):
     done = cli_together([("stream", "--job", name, "--trigger", "available-now", "--max-offsets-per-trigger", "100",
                           "--checkpoint", str(folder / f"ckpt-{name}")) for name in names.values()], jobs=str(jobs))
     runs = dict(zip(names, done))
-    return {"names": names, "jobs": str(jobs), "folder": folder, "expected_dead": expected_dead, "runs": runs}
+    return {"names": names, "jobs": str(jobs), "folder": folder, "expected_dead": expected_dead, "runs": runs,
+            "lossy": lossy}
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +194,7 @@ def backfills(world):
     launches = {key: ("backfill", "--job", names[key], "--from", "earliest", "--to", "latest", "--table",
                       f"{names[key]}_again") for key in ("payments", "clicks", "blobs")}
     launches["accounts"] = ("backfill", "--job", names["accounts"], "--from", "earliest", "--to", '{"0": 10, "1": 10}')
+    launches["lossy"] = ("backfill", "--job", world["lossy"], "--from", "earliest", "--to", "latest")
     return dict(zip(launches, cli_together(list(launches.values()), jobs=world["jobs"])))
 
 
@@ -328,9 +341,42 @@ def test_schema_evolution_adds_a_column_and_refuses_a_changed_type_before_readin
                  j=name) == before, "refused before anything was planned or read"
 
 
+def test_without_dead_letters_invalid_records_are_kept_nowhere_and_quality_still_passes(world, backfills, db):
+    name = world["lossy"]
+    code, out = backfills["lossy"]
+    assert code == 0, out[-3000:]
+    # rows for the records valid under this entry's two columns: the payments topic minus the records that break
+    # one of them (not JSON, or a rule of payment_id or amount); none of them is a dead letter
+    broken = {v for v, reason in world["expected_dead"].items()
+              if reason.split(" ")[0] in ("amount", "payment_id", "value")}
+    assert query(db, f'SELECT count(*) FROM "{name}"') == [(301 - len(broken),)]
+    job = query(db, "SELECT name FROM jobs WHERE name LIKE :j", j=f"{name}.backfill.%")[0][0]
+    assert query(db, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
+                 j=job) == [(0,)]
+    code, out = cli("quality", "--job", job, "--pipeline", name, "--table", name, jobs=world["jobs"])
+    assert code == 0 and "FAIL" not in out, out[-3000:]
+    assert "PASS rows landed + dead letters <= offsets consumed" in out, out[-3000:]
+
+
 def test_streamfill_jobs_check_prints_the_table_each_entry_creates(world):
     code, out = cli("jobs", "check", world["jobs"], jobs=world["jobs"])
     assert code == 0, out
-    assert "numeric(12,2)" in out and "required, min 0, max 1000000" in out and "4 job(s) valid" in out
+    assert "numeric(12,2)" in out and "required, min 0, max 1000000" in out and "5 job(s) valid" in out
     code, out = cli("jobs", "list", jobs=world["jobs"])
     assert code == 0 and all(name in out for name in world["names"].values()), out
+
+
+@pytest.mark.parametrize("sql, reason", [("n +* FROM", "INVALID_USAGE_OF_STAR_OR_REGEX"),
+                                         ("nope + 1", "UNRESOLVED_COLUMN")])
+def test_a_derived_expression_spark_cannot_resolve_is_refused_naming_the_entry_and_column(spark, sql, reason):
+    from spark_jobs.pipelines.compile import parse
+    from spark_jobs.pipelines.spec import PipelineSpec
+    from streamfill.errors import OptionError
+
+    kafka = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "
+                                      "timestamp timestamp, timestampType int")
+    spec = PipelineSpec.model_validate({"name": "x", "topic": "t", "table": "t", "columns": {"n": {"type": "bigint"}},
+                                        "derived": {"ok": "n * 2", "z": sql}})
+    with pytest.raises(OptionError, match=rf"derived\.z='{re.escape(sql)}': in entry 'x' is not a Spark SQL "
+                                          rf"expression over the entry's columns \(n\): \[{reason}"):
+        parse(kafka, spec)

@@ -91,7 +91,12 @@ BAD = [
     ("columns: {offset: {type: int}}", "column name 'offset' is taken by the platform"),
     ("format: raw\n    columns: {a: {type: int}}", "format raw keeps key, value and headers as they are"),
     ("columns: {}", "format json needs columns"),
-    ("columns: {a: {type: int}}\n    colour: red", "colour\n  Extra inputs are not permitted"),
+    ("columns: {a: {type: int}}\n    volume: red", "volume\n  is not a setting here. The settings are: topic, "),
+    ("colums: {a: {type: int}}", "colums\n  is not a setting here: did you mean 'columns'?"),
+    ("columns: {a: {type: int, requird: true}}", "columns.a.requird\n  is not a setting here: did you mean "
+                                                 "'required'? The settings are: type, required, min, max, in,"),
+    ("columns: {a: {type: int}}\n    health: {max_lagg: 1}", "health.max_lagg\n  is not a setting here: did you "
+                                                            "mean 'max_lag'?"),
     ("columns: {a: {type: int}}\n    trigger: soon", "trigger 'soon' is not a trigger"),
     ("columns: {a: {type: int, max: 2.5}}", "max 2.5 is not a whole number that fits int"),
     ("columns: {a: {type: int, max: 5000000000}}", "max 5000000000 is not a whole number that fits int"),
@@ -114,6 +119,7 @@ def test_a_bad_entry_names_the_file_the_job_the_field_the_value_and_the_fix(tmp_
      "job name 'bad name' is not valid"),
     ("jobs:\n  j:\n    table: x\n    columns: {a: {type: int}}\n", "give exactly one of topic, topics or topic_pattern"),
     ("jobs: {j: [", "cannot read the jobs file"),
+    ("jobs:\n  j:\n    topic: t\n    columns: {a: {type: int}}\n", "table\n  is required: add `table:` to the entry"),
 ])
 def test_a_bad_jobs_file_names_the_job_and_the_field(tmp_path, body, message):
     with pytest.raises(JobsFileError) as err:
@@ -194,3 +200,20 @@ def test_whole_numbers_of_an_entry_refuse_yaml_booleans():
     with pytest.raises(ValidationError, match="max_offsets_per_trigger"):
         PipelineSpec.model_validate({"name": "x", "topic": "t", "columns": {"id": {"type": "bigint"}},
                                      "max_offsets_per_trigger": True})
+
+
+def test_an_error_message_with_brackets_is_printed_whole(capsys):
+    from spark_jobs.runs import fail
+    from streamfill.errors import OptionError
+
+    exit_ = fail(OptionError("key", ["nope"], "names no declared column", "name declared columns, e.g. key: [a]"))
+    assert exit_.code == 1
+    assert "name declared columns, e.g. key: [a]" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_max_offsets_per_trigger_zero_is_refused_not_replaced_by_the_entrys():
+    from spark_jobs.stream import StreamArgs
+    from streamfill.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"--max-offsets-per-trigger 0 must be at least 1"):
+        StreamArgs.from_flags(job="orders", max_offsets_per_trigger=0)
