@@ -4,7 +4,8 @@ Each stage is one Spark job over the whole topic, timed, and each prints seconds
   read             streamfill_kafka, count(*) and sum(length(value));
   read + parse     the orders entry's parse (spark_jobs.pipelines.compile), aggregated in the JVM;
   + to Python      the parsed rows handed to a Python worker as Arrow (what the sink receives), counted there;
-  from_json only   the entry's from_json on rows cached in the JVM, without the read.
+  from_json only   the entry's from_json on rows cached in the JVM, without the read;
+  typed in read    the same three with the read typing the values (compile.reader_options, the jobs' way).
 The difference between two stages is what the later one adds. Uses end_to_end's topic of demo events
 (produced once, kept). Needs `streamfill stack up`.
 
@@ -39,7 +40,7 @@ def main() -> None:
     from connectors.spark import register
     from spark_jobs.demo.produce import ensure_topic, produce
     from spark_jobs.pipelines import entry
-    from spark_jobs.pipelines.compile import CORRUPT
+    from spark_jobs.pipelines.compile import CORRUPT, reader_options
     from spark_jobs.runs import rows_of
     from spark_jobs.session import spark_session
 
@@ -54,9 +55,9 @@ def main() -> None:
     register(spark)
     spec = entry("orders")
 
-    def kafka():
+    def kafka(typed: bool = False):
         return (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
-                .option("subscribe", topic).load())
+                .option("subscribe", topic).options(**(reader_options(spec) if typed else {})).load())
 
     def in_python(batches):
         yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
@@ -74,6 +75,11 @@ def main() -> None:
             F.from_json(F.col("value").cast("string"), schema, {"mode": "PERMISSIVE",
                                                                  "columnNameOfCorruptRecord": CORRUPT}).alias("j"))
         .selectExpr(f"count(j.{fields[0]})").first(),
+        "read, values typed in the read": lambda: kafka(True).selectExpr("count(*)", "sum(length(value))").first(),
+        "read + parse, typed in the read": lambda: rows_of(spec, kafka(True)).selectExpr("count(*)", "count(_error)")
+        .first(),
+        "read + parse + to Python, typed in the read": lambda: rows_of(spec, kafka(True)).mapInArrow(
+            in_python, "n long").selectExpr("sum(n)").first(),
     }
     for fn in stages.values():  # JVM, Python workers, page cache
         fn()

@@ -32,6 +32,7 @@ from spark_jobs.runs import (
     fail,
     first_lines,
     job_session,
+    reader_options,
     recorded_run,
     rows_of,
     sink_options,
@@ -319,7 +320,7 @@ def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
     reader = (spark.read.format("streamfill_kafka")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("includeHeaders", str(args.spec.format == "raw").lower())
-              .option("job", args.job).option("offsetsDbUrl", url))
+              .option("job", args.job).option("offsetsDbUrl", url).options(**reader_options(args.spec)))
     if generation is not None:
         reader = reader.option("jobGeneration", str(generation))
     if chunk is None:

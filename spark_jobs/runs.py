@@ -92,6 +92,13 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
     return options
 
 
+def reader_options(spec: PipelineSpec) -> dict[str, str]:
+    """The read's options that have it type the entry's values where it can (compile.reader_options)."""
+    from spark_jobs.pipelines.compile import reader_options as options
+
+    return options(spec)
+
+
 def rows_of(spec: PipelineSpec, kafka):
     """The entry's parse; without dead letters, invalid records are left out of the table (and counted nowhere)."""
     from pyspark.sql import functions as F

@@ -24,6 +24,7 @@ from spark_jobs.runs import (
     console,
     fail,
     job_session,
+    reader_options,
     recorded_run,
     rows_of,
     sink_options,
@@ -120,7 +121,8 @@ def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: in
     reader = (spark.readStream.format("streamfill_kafka")
               .option("kafka.bootstrap.servers", bootstrap).option(*subscription)
               .option("includeHeaders", str(spec.format == "raw").lower())
-              .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url))
+              .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url)
+              .options(**reader_options(spec)))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     if generation is not None:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from connectors.kafka.json_values import JsonColumns
 from connectors.kafka.offsets import (
     Earliest,
     GlobalTimestamp,
@@ -52,6 +53,7 @@ class SourceOptions:
     offsets_db_url: str = ""  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL)
     job_generation: int | None = None  # the launch's hold on the job (design §8); None: the source takes it
     wait_for_job_ms: int = 0  # how long to wait for another launch holding the job (waitForJob)
+    json_columns: JsonColumns | None = None  # jsonColumns: the value typed in the read where that is certain
 
     @property
     def bootstrap_servers(self) -> str:
@@ -102,6 +104,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         offsets_db_url=opts.get("offsetsdburl") or (_default_db_url() if "job" in opts else ""),
         job_generation=_bounded_generation(opts, streaming),
         wait_for_job_ms=_needs_job(opts, "waitForJob", _wait_ms(opts.get("waitforjob"))) or 0,
+        json_columns=JsonColumns.from_option(opts["jsoncolumns"]) if "jsoncolumns" in opts else None,
     )
 
 

@@ -21,6 +21,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Messa
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from connectors.kafka.data_loss import DataLoss, enforce
+from connectors.kafka.json_values import JsonColumns
 from connectors.kafka.planner import OffsetRange
 from streamfill.errors import BrokerError
 
@@ -69,8 +70,9 @@ def consumer_for(kafka: Mapping[str, str]) -> Consumer:
 
 def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: bool = False,
                poll_timeout_ms: int = 120_000, fail_on_data_loss: bool = True,
-               batch_size: int = BATCH_SIZE) -> Iterator[pa.RecordBatch]:
-    """Yield the records of r in order, as Arrow batches of at most batch_size rows."""
+               batch_size: int = BATCH_SIZE, json_columns: JsonColumns | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield the records of r in order, as Arrow batches of at most batch_size rows; with `json_columns`, each
+    batch also has the values typed where that is certain (connectors.kafka.json_values)."""
     if r.size <= 0:
         return
     consumer = consumer_for(kafka)
@@ -83,7 +85,7 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
             with _collector_paused():
                 msgs = consumer.consume(num_messages=min(batch_size, r.end - next_offset), timeout=0.5)
                 rows, offsets, next_offset = _in_range(consumer, msgs, r, next_offset, kafka, fail_on_data_loss)
-                batch = _to_arrow(rows, offsets, include_headers) if rows else None
+                batch = _to_arrow(rows, offsets, include_headers, json_columns) if rows else None
                 del msgs, rows  # freed here by reference count, before the collector runs again
             if batch is not None:
                 last_progress = time.monotonic()
@@ -198,7 +200,8 @@ def _after_loss(consumer: Consumer, r: OffsetRange, expected: int, kafka: Mappin
     return resume
 
 
-def _to_arrow(msgs: list, offsets: np.ndarray, include_headers: bool) -> pa.RecordBatch:
+def _to_arrow(msgs: list, offsets: np.ndarray, include_headers: bool,
+              json_columns: JsonColumns | None = None) -> pa.RecordBatch:
     """Columns by C-level maps over the messages; timestamps converted in Arrow, not per record in Python."""
     n = len(msgs)
     stamps = np.fromiter(chain.from_iterable(map(Message.timestamp, msgs)), np.int64, 2 * n).reshape(n, 2)
@@ -207,17 +210,23 @@ def _to_arrow(msgs: list, offsets: np.ndarray, include_headers: bool) -> pa.Reco
     if pc.min(types).as_py() == TIMESTAMP_NOT_AVAILABLE:
         micros = pc.if_else(pc.equal(types, TIMESTAMP_NOT_AVAILABLE), pa.scalar(None, pa.int64()), micros)
     first = msgs[0]
+    values = list(map(Message.value, msgs))
+    value_array = pa.array(values, pa.binary())
     columns = [
         pa.array(list(map(Message.key, msgs)), pa.binary()),
-        pa.array(list(map(Message.value, msgs)), pa.binary()),
+        value_array,
         pa.repeat(pa.scalar(first.topic(), pa.string()), n),
         pa.repeat(pa.scalar(first.partition(), pa.int32()), n),
         pa.array(offsets, pa.int64()),
         micros.cast(pa.timestamp("us", tz="UTC")),
         pc.subtract(types, pa.scalar(1, pa.int32())),  # Spark's timestampType: 0 create time, 1 log append
     ]
+    schema = ARROW_SCHEMA
     if include_headers:
         columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
                                 HEADERS_TYPE))
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS)
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        schema = ARROW_SCHEMA_WITH_HEADERS
+    if json_columns is not None:
+        columns += json_columns.parse(values, value_array)
+        schema = pa.schema([*schema, *json_columns.arrow_fields])
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 from connectors.kafka import options as source_options
 from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
+from connectors.kafka.json_values import JsonColumns
 from connectors.kafka.options import SourceOptions
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
@@ -78,7 +79,8 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordB
     # an empty plan reaches the task as a bare InputPartition with no range
     if isinstance(partition.value, OffsetRange):
         yield from read_range(partition.value, opts.kafka, include_headers=opts.include_headers,
-                              poll_timeout_ms=opts.poll_timeout_ms, fail_on_data_loss=opts.fail_on_data_loss)
+                              poll_timeout_ms=opts.poll_timeout_ms, fail_on_data_loss=opts.fail_on_data_loss,
+                              json_columns=opts.json_columns)
 
 
 class KafkaDataSource(DataSource):
@@ -92,7 +94,9 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         worker_gc.settle()
         include = str(self.options.get("includeHeaders", "false")).lower() == "true"
-        return SCHEMA + (HEADERS if include else "")
+        typed = self.options.get("jsonColumns")
+        return (SCHEMA + (HEADERS if include else "")
+                + (", " + JsonColumns.from_option(typed).spark_schema if typed is not None else ""))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(source_options.parse(self.options, streaming=False))

@@ -20,6 +20,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from connectors.kafka.json_values import OPTION, PARSED, PREFIX, JsonColumns, ValueColumn
 from spark_jobs.pipelines.spec import Column, PipelineSpec
 from spark_jobs.pipelines.types import NUMERIC
 from streamfill.errors import OptionError
@@ -34,18 +35,79 @@ NUL = "\u0000"
 
 
 def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
-    """Kafka's rows (Spark's Kafka schema) into the entry's table rows with `_error` and `_raw`."""
+    """Kafka's rows (Spark's Kafka schema) into the entry's table rows with `_error` and `_raw`. A read with
+    `reader_options(spec)` brings the values it typed itself (`_parsed`); Spark parses the others."""
     if spec.format == "raw":
         return kafka.select(*_coordinates(), "key", "value", _headers(kafka),
                             F.lit(None).cast("string").alias("_error"),
                             F.lit(None).cast("binary").alias("_raw"))
     try:
-        cols = _columns(spec)
+        cols = _columns(spec, PARSED in kafka.columns)
         return cols.select(check(kafka, spec), "rows", "out")
     except AnalysisException:
         if not spec.derived:
             raise
         raise _bad_derived(check(kafka, spec), spec) from None
+
+
+def reader_options(spec: PipelineSpec) -> dict[str, str]:
+    """The `streamfill_kafka` options that have the read type the entry's JSON values itself where the result is
+    certain to be Spark's (connectors.kafka.json_values, about 4 times less CPU than from_json and the casts);
+    none for an entry it cannot type (Avro or raw values, nested types, paths into the value, a json column, an
+    `in` list of numbers other than whole ones). `parse` gives the same rows and dead letters either way."""
+    columns = _json_columns(spec)
+    return {} if columns is None else {OPTION: columns.to_option()}
+
+
+_READER_TYPES = {"string", "int", "bigint", "double", "decimal", "boolean", "date", "timestamp"}
+_typed_columns: dict[tuple[object, str], JsonColumns | None] = {}
+
+
+def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
+    if spec.format != "json":
+        return None
+    fields = [c.field or name for name, c in spec.columns.items()]
+    if len(set(fields)) != len(fields) or CORRUPT in fields or any("." in f for f in fields):
+        return None
+    for c in spec.columns.values():
+        kind = c.column_type.name
+        if kind not in _READER_TYPES:
+            return None
+        if c.in_ is not None and not (kind == "string" or kind in ("int", "bigint") and all(
+                type(v) is int for v in c.in_)):
+            return None
+    from pyspark import SparkContext
+
+    key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "key"}))
+    with _building:
+        if key not in _typed_columns:
+            _typed_columns[key] = _with_bounds(spec)
+        return _typed_columns[key]
+
+
+def _with_bounds(spec: PipelineSpec) -> JsonColumns:
+    """The entry's columns for the reader, with each min and max as Spark casts it (the same `_bound` the
+    checks compare with), computed once on the driver from a one-row local relation."""
+    from pyspark.sql import SparkSession
+
+    bounds = []
+    for name, c in spec.columns.items():
+        for rule in ("min", "max"):
+            value = getattr(c, rule)
+            if value is not None:
+                bound = _bound(value, c)
+                kind = c.column_type.name
+                bound = (F.unix_micros(bound) if kind == "timestamp" else F.unix_date(bound) if kind == "date"
+                         else bound.cast("string") if kind == "decimal" else bound)
+                bounds.append(bound.alias(f"{rule}_{name}"))
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()  # a backfill's chunk thread
+    got = spark.createDataFrame([(0,)], "x int").select(*bounds).first().asDict() if bounds else {}
+    keys = set(spec.key)
+    return JsonColumns(tuple(
+        ValueColumn(name=name, field=c.field or name, type=str(c.column_type), required=c.required or name in keys,
+                    min=got.get(f"min_{name}"), max=got.get(f"max_{name}"),
+                    in_=tuple(c.in_) if c.in_ is not None else None, max_length=c.max_length)
+        for name, c in spec.columns.items()), reserved=(CORRUPT,))
 
 
 def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
@@ -69,7 +131,7 @@ def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     what `parse` keeps of valid records, and what tests compare with the rules' expectations."""
     if spec.format == "avro":
         kafka = decode_avro(kafka, spec)
-    cols = _columns(spec)
+    cols = _columns(spec, PARSED in kafka.columns)
     return cols.select(kafka, "base", "typed", "checked")
 
 
@@ -106,27 +168,28 @@ class _Projections:
         return df
 
 
-_built: dict[tuple[object, str], _Projections] = {}  # (the JVM's gateway, the entry's parse fields) -> columns
+_built: dict[tuple[object, str, bool], _Projections] = {}  # (the JVM's gateway, the parse fields, typed) -> columns
 _building = threading.Lock()  # a backfill builds its chunks in threads
 
 
-def _columns_without_derived(spec: PipelineSpec) -> _Projections:
-    return _columns(spec.model_copy(update={"derived": {}}))
+def _columns_without_derived(spec: PipelineSpec, typed: bool = False) -> _Projections:
+    return _columns(spec.model_copy(update={"derived": {}}), typed)
 
 
-def _columns(spec: PipelineSpec) -> _Projections:
+def _columns(spec: PipelineSpec, typed: bool = False) -> _Projections:
+    """The entry's projections; `typed`: the read brings `_parsed` and `_p_<column>` (reader_options)."""
     from pyspark import SparkContext
 
-    key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "derived", "key"}))
+    key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "derived", "key"}), typed)
     with _building:
         if key not in _built:
             if len(_built) >= 32:  # a process parsing many entries (tests) keeps the newest
                 _built.pop(next(iter(_built)))
-            _built[key] = _projections(spec)
+            _built[key] = _projections(spec, typed)
         return _built[key]
 
 
-def _projections(spec: PipelineSpec) -> _Projections:
+def _projections(spec: PipelineSpec, typed_by_reader: bool = False) -> _Projections:
     fields = sorted({(c.field or name).split(".")[0] for name, c in spec.columns.items()})
     schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
     text = F.col("value").cast("string")
@@ -135,16 +198,26 @@ def _projections(spec: PipelineSpec) -> _Projections:
                           if c.column_type.name == "json"})
     exact = [F.from_json(text, "struct<" + ", ".join(f"`{f}`: variant" for f in json_fields) + ">").alias("jv")] \
         if json_fields else []
+    parsed = F.col(PARSED)
+    json = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    # a record the read typed skips from_json, its casts and its checks (CASE evaluates the branch it takes)
     base = (*_coordinates(), F.col("value").alias("_value"), original.alias("_original"),
-            F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("j"),
-            *exact, *([F.col("_avro_error")] if spec.format == "avro" else []))
+            (F.when(~parsed, json) if typed_by_reader else json).alias("j"),
+            *exact, *([F.col("_avro_error")] if spec.format == "avro" else []),
+            *([parsed, *(F.col(PREFIX + name) for name in spec.columns)] if typed_by_reader else []))
+
+    def value(name: str, c: Column) -> SparkColumn:
+        v = _typed(_raw_field(c.field or name), c, c.field or name)
+        return F.when(parsed, F.col(PREFIX + name)).otherwise(v) if typed_by_reader else v
+
     # typed once, in a projection of their own, so each cast is computed once
-    typed = ("*", *(F.struct(_raw_field(c.field or name).alias("raw"),
-                           _typed(_raw_field(c.field or name), c, c.field or name).alias("v")).alias(f"_c_{name}")
+    typed = ("*", *(F.struct(_raw_field(c.field or name).alias("raw"), value(name, c).alias("v")).alias(f"_c_{name}")
                     for name, c in spec.columns.items()))
+    error = _first_error(spec)
+    if typed_by_reader:  # the read checked every rule but patterns (Java's regular expressions)
+        error = F.when(parsed, _first_of(_pattern_checks(spec))).otherwise(error)
     checked = ("topic", "partition", "offset", "kafka_timestamp",
-               *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns], _first_error(spec).alias("_error"),
-               "_original")
+               *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns], error.alias("_error"), "_original")
     valid = F.col("_error").isNull()
     # a dead letter keeps only its bytes and reason: its typed values (a NUL, say) need not be storable
     rows = ("topic", "partition", "offset", "kafka_timestamp",
@@ -207,10 +280,30 @@ def _first_error(spec: PipelineSpec) -> SparkColumn:
     for name, c in spec.columns.items():
         raw, v = F.col(f"_c_{name}.raw"), F.col(f"_c_{name}.v")
         checks += _column_checks(name, c, raw, v, required=c.required or name in keys)
+    return _first_of(checks)
+
+
+def _first_of(checks: list[tuple[SparkColumn, SparkColumn]]) -> SparkColumn:
     out = F.lit(None).cast("string")
     for cond, reason in reversed(checks):  # the first rule broken wins
         out = F.when(cond, reason).otherwise(out)
     return out
+
+
+def _pattern_checks(spec: PipelineSpec) -> list[tuple[SparkColumn, SparkColumn]]:
+    """The pattern rules of a record the read typed: its value of a string column is the text Spark's parse
+    would check (a JSON string), so the check and the reason are the same."""
+    return [_pattern_check(name, c, F.col(f"_c_{name}.v")) for name, c in spec.columns.items()
+            if c.pattern is not None]
+
+
+def _pattern_check(name: str, c: Column, raw: SparkColumn) -> tuple[SparkColumn, SparkColumn]:
+    return ~raw.rlike(c.pattern), F.concat(F.lit(f"{name} does not match pattern {c.pattern}: "), _shown(raw))
+
+
+def _shown(raw: SparkColumn) -> SparkColumn:
+    """The value as a reason shows it: at most 200 characters, a NUL as U+FFFD (a reason must be storable text)."""
+    return F.coalesce(F.substring(F.translate(raw, NUL, "\ufffd"), 1, 200), F.lit("null"))
 
 
 def _invalid_utf8(value: SparkColumn) -> SparkColumn:
@@ -221,8 +314,7 @@ def _invalid_utf8(value: SparkColumn) -> SparkColumn:
 def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
                    required: bool) -> list[tuple[SparkColumn, SparkColumn]]:
     t = c.column_type
-    # the value as a reason shows it: at most 200 characters, a NUL as U+FFFD (a reason must be storable text)
-    shown = F.coalesce(F.substring(F.translate(raw, NUL, "\ufffd"), 1, 200), F.lit("null"))
+    shown = _shown(raw)
     out: list[tuple[SparkColumn, SparkColumn]] = []
     if required:
         out.append((raw.isNull(), F.lit(f"missing field {name} (required)")))
@@ -246,7 +338,7 @@ def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
         allowed = ", ".join(map(str, c.in_))
         out.append((~v.isin(*c.in_), F.concat(F.lit(f"{name} not in [{allowed}]: "), shown)))
     if c.pattern is not None:
-        out.append((~raw.rlike(c.pattern), F.concat(F.lit(f"{name} does not match pattern {c.pattern}: "), shown)))
+        out.append(_pattern_check(name, c, raw))
     if c.max_length is not None:
         out.append((F.length(raw) > c.max_length,
                     F.concat(F.lit(f"{name} longer than max_length {c.max_length}: "), F.length(raw).cast("string"),
