@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from operator import attrgetter
 
 import msgspec
@@ -41,11 +41,14 @@ SCALARS = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "doub
            "boolean": pa.bool_(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC")}
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 # the forms Spark's cast and Arrow's ISO-8601 parser read alike: zone Z or an offset up to 18:00
-_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-](0\d|1[0-7]):[0-5]\d|[+-]18:00)$"
+_TIMESTAMP = (r"^\d{4}-\d{2}-\d{2}[T ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
+              r"(Z|[+-](0\d|1[0-7]):[0-5]\d|[+-]18:00)$")
 _DATE = r"^\d{4}-\d{2}-\d{2}$"
-_LONG_NUMBER = re.compile(rb"[0-9]{1000}")  # Jackson's StreamReadConstraints: numbers of 1,000 digits fail
-_GUARDED = 1000  # values at least this long are checked for what Jackson refuses (long numbers, deep nesting)
-_LARGEST = 1 << 20  # larger values are left to Spark
+# Jackson's StreamReadConstraints refuse a number of 1,000 digits (a float's integer, fraction and exponent digits
+# together) and nesting 1,000 deep, even in fields Spark skips; and a key name of 50,000 characters
+_LONG_NUMBER = re.compile(rb"[-+.eE0-9]{1000}")
+_GUARDED = 1000  # values at least this long are checked for them
+_LARGEST = 50_000  # larger values (where a key could be that long) are left to Spark
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -218,13 +221,20 @@ def _typed(c: ValueColumn, raw: list, ok: np.ndarray) -> pa.Array:
     if c.required:  # null: no value, or one already left to Spark
         _clear(ok, arr.is_null())
     if c.in_ is not None:
-        allowed = pa.array(list(c.in_), arr.type if c.type == "string" else None).cast(arr.type)
-        _clear(ok, pc.and_(arr.is_valid(), pc.invert(pc.is_in(arr, allowed))))
+        _clear(ok, pc.and_(arr.is_valid(), pc.invert(pc.is_in(arr, _allowed(c, arr.type)))))
     if c.min is not None:
         _clear(ok, pc.less(_comparable(arr), _bound(c.min, c, arr)))
     if c.max is not None:
         _clear(ok, pc.greater(_comparable(arr), _bound(c.max, c, arr)))
     return arr
+
+
+def _allowed(c: ValueColumn, to: pa.DataType) -> pa.Array:
+    """The `in` list as the column's type; a number outside the type's range can never match, as in Spark."""
+    if c.type == "string":
+        return pa.array([v for v in c.in_ if isinstance(v, str)], pa.string())
+    limit = 1 << (31 if c.type == "int" else 63)
+    return pa.array([v for v in c.in_ if type(v) is int and -limit <= v < limit], pa.int64()).cast(to)
 
 
 def _clear(ok: np.ndarray, broken: pa.Array) -> None:
@@ -332,13 +342,18 @@ def _exact_decimal(v: int | float, scale: int, precision: int) -> Decimal | None
     """One number as Spark's cast gives it, or None where a double's last digits could change the rounding or
     the precision is exceeded."""
     quantum = Decimal(1).scaleb(-scale)
+    if abs(v) >= 10 ** (precision - scale):
+        return None  # Spark: out of range
     with localcontext(prec=100):
-        if type(v) is float:
-            exact = Decimal(v)
-            step = Decimal(float(np.spacing(abs(v)))) * 4
-            d = (exact - step).quantize(quantum, ROUND_HALF_UP)
-            if d != (exact + step).quantize(quantum, ROUND_HALF_UP):
-                return None
-        else:
-            d = Decimal(v).quantize(quantum)
+        try:
+            if type(v) is float:
+                exact = Decimal(v)
+                step = Decimal(float(np.spacing(abs(v)))) * 4
+                d = (exact - step).quantize(quantum, ROUND_HALF_UP)
+                if d != (exact + step).quantize(quantum, ROUND_HALF_UP):
+                    return None
+            else:
+                d = Decimal(v).quantize(quantum)
+        except InvalidOperation:
+            return None
         return d if abs(d.scaleb(scale)) < 10 ** precision else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column as SparkColumn
@@ -347,6 +348,10 @@ def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
 
 
 def _bound(value, c: Column) -> SparkColumn:
+    """min or max as the column's type. Numbers are written out in full: Spark's cast of "1E+2" or "100.0" to
+    an int column is null, and a null bound would never fire."""
+    if isinstance(value, Decimal):
+        value = int(value) if c.column_type.name in ("int", "bigint") else format(value, "f")
     return F.lit(str(value)).try_cast(c.column_type.spark)
 
 

@@ -4,7 +4,10 @@ them and in the ways the two parsers could read differently, through the real br
 
 from __future__ import annotations
 
+import json
+import math
 import random
+from datetime import datetime
 
 import pytest
 
@@ -56,6 +59,16 @@ FIELDS = {
     "level": ["1", "3", "4", "1.0", '"1"', "null", "2"],
     "Note": ['"hi"', "null", '{"a": 1}', "[1, 2]", '"\\t"'],
 }
+# what Jackson refuses even where no column reads: a float of 1,000 digits in all, a key of 50,000 characters
+JACKSON_LIMITS = [
+    b'{"id": "abc-1", "other": ' + b"1" * 600 + b"." + b"2" * 600 + b"}",
+    b'{"id": "abc-1", "x": 2' + b"0" * 600 + b"." + b"0" * 500 + b"e-600}",
+    b'{"id": "abc-1", "amount": 1' + b"0" * 500 + b"." + b"0" * 500 + b"e-500}",
+    b'{"id": "abc-1", "other": ' + b"1" * 499 + b"." + b"2" * 499 + b"}",
+    b'{"id": "abc-1", "' + b"k" * 50_001 + b'": 1}', b'{"id": "abc-1", "other": {"' + b"k" * 60_000 + b'": null}}',
+    b'{"id": "abc-1", "wide": 1e94}', b'{"id": "abc-1", "wide": 1' + b"0" * 94 + b"}", b'{"id": "abc-1", "x": -0}',
+    b'{"\\u0069d": "abc-1", "\\u006e": 7}',
+]
 EXTRA = ['"other": "\\u0000"', '"other": ' + "[" * 600 + "]" * 600, '"other": ' + "[" * 1001 + "]" * 1001,
          '"other": 1' + "0" * 1000, '"_corrupt": "x"', '"_corrupt": null', '"ID": "abc"', '"AMOUNT": 5',
          '"other": {"deep": [1, 2, {"x": null}]}']
@@ -89,11 +102,17 @@ def _record(rng: random.Random) -> bytes:
     return text.encode()
 
 
+def _signed(row: dict) -> dict:
+    """A row where -0.0 and 0.0 differ, as they do in PostgreSQL."""
+    return {k: (v, math.copysign(1, v)) if isinstance(v, float) else v for k, v in row.items()}
+
+
 def test_values_typed_in_the_read_give_spark_parse_rows_and_dead_letters_exactly(spark, bootstrap, topic_name):
     rng = random.Random(20261125)
-    values = [_record(rng) for _ in range(4000)] + [b"", None, b"{}", b'{"id": "abc-1"}', b"null", b'"text"']
+    values = ([_record(rng) for _ in range(4000)] + JACKSON_LIMITS
+              + [b"", None, b"{}", b'{"id": "abc-1"}', b"null", b'"text"'])
     create_topic(bootstrap, topic_name, partitions=1)
-    produce(bootstrap, topic_name, [{"value": v} for v in values])
+    produce(bootstrap, topic_name, [{"value": v} for v in values], **{"message.max.bytes": 2_000_000})
 
     def kafka(options):
         return (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -105,7 +124,8 @@ def test_values_typed_in_the_read_give_spark_parse_rows_and_dead_letters_exactly
     spark_rows = {r["offset"]: r.asDict() for r in parse(kafka({}), SPEC).collect()}
     typed_rows = {r["offset"]: r.asDict() for r in parse(typed_read, SPEC).collect()}
     assert len(spark_rows) == len(values) == len(typed_rows)
-    differ = [(o, spark_rows[o], typed_rows[o]) for o in sorted(spark_rows) if spark_rows[o] != typed_rows[o]]
+    differ = [(o, spark_rows[o], typed_rows[o]) for o in sorted(spark_rows)
+              if _signed(spark_rows[o]) != _signed(typed_rows[o])]
     assert not differ, (f"{len(differ)} rows differ; first: value {values[differ[0][0]]!r}\n"
                         f"Spark: {differ[0][1]}\ntyped in the read: {differ[0][2]}")
 
@@ -120,3 +140,17 @@ def test_values_typed_in_the_read_give_spark_parse_rows_and_dead_letters_exactly
     assert {"invalid JSON", "value is not valid UTF-8", "id does not match pattern ^[a-z0-9-]+$",
             "amount out of range for decimal(12,2)", "at is not a timestamp"} <= reasons, reasons
     typed_read.unpersist()
+
+
+def test_bounds_written_with_a_fraction_on_an_int_column_fire_in_both_parsers(spark):
+    """YAML reads `min: 1.0` as a float; Spark's cast of "1.0" to int is null, and a null bound never fired."""
+    spec = PipelineSpec(name="bounds", topic="bounds", table="bounds",
+                        columns={"n": {"type": "int", "min": 1.0, "max": 100.0}})
+    rows = [(None, json.dumps({"n": n}).encode(), "bounds", 0, i, datetime(2026, 1, 1), 0)
+            for i, n in enumerate((0, 1, 100, 101))]
+    kafka = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, "
+                                        "timestamp timestamp, timestampType int")
+    assert [r["_error"] for r in check(kafka, spec).orderBy("offset").collect()] == [
+        "n below min 1.0: 0", None, None, "n above max 100.0: 101"]
+    option = json.loads(reader_options(spec)["jsonColumns"])["columns"][0]
+    assert (option["min"], option["max"]) == (1, 100)

@@ -140,10 +140,25 @@ def test_a_day_that_does_not_exist_is_left_to_spark_and_the_rest_of_the_batch_is
     b'{"id": "e", "amount": NaN}', b'{"id": "e", "x": 1e400}',
     b'{"id": "e", "_corrupt": "x"}',  # would fill Spark's corrupt-record column
     b'{"id": "e", "deep": ' + b"[" * 1000 + b"]" * 1000 + b"}",  # Jackson refuses nesting of 1,000
-    b'{"id": "e", "long": 1' + b"0" * 1000 + b"}",  # and numbers of 1,000 digits, even in fields it skips
+    b'{"id": "e", "long": 1' + b"0" * 1000 + b"}",  # and numbers of 1,000 digits, even in fields it skips,
+    b'{"id": "e", "long": ' + b"1" * 600 + b"." + b"2" * 600 + b"}",  # counting a float's digits together
+    b'{"id": "e", "x": 2' + b"0" * 600 + b"." + b"0" * 500 + b"e-600}",
+    b'{"id": "e", "' + b"k" * 50_001 + b'": 1}',  # and key names of 50,000 characters
 ])
 def test_values_spark_reads_its_own_way_are_left_to_spark(value):
     assert parse(value)[0] == [False]
+
+
+def test_numbers_far_beyond_a_wide_decimal_are_left_to_spark_without_failing_the_batch():
+    parsed, cols = parse(record(wide=1e94), record(wide=10**95), record(wide=1e300), record())
+    assert parsed == [False, False, False, True] and cols["wide"][:3] == [None] * 3
+
+
+def test_an_in_list_with_numbers_beyond_the_column_type_matches_only_what_fits():
+    columns = JsonColumns((ValueColumn("n", "n", "int", in_=(1, 3_000_000_000)),
+                           ValueColumn("b", "b", "bigint", in_=(1, 2**63))))
+    parsed = columns.parse([b'{"n": 1, "b": 1}', b'{"n": 2}', b"{}", b'{"b": 5}'])[0].to_pylist()
+    assert parsed == [True, False, True, False]
 
 
 def test_a_json_null_corrupt_key_and_a_long_value_of_plain_text_are_typed():
