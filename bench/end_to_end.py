@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -152,55 +155,17 @@ def topic_with_events(bootstrap: str, count: int, partitions: int) -> str:
 
 
 class PeakRss:
-    """Samples /proc every 0.2 s: the driver's Python (this process), its JVM, and the Python workers."""
-
-    def __init__(self) -> None:
-        self.peak = {"driver python": 0, "driver JVM": 0, "python workers": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    """The peak RSS of the driver's Python (this process), its JVM and the Python workers while the block runs,
+    sampled every 0.2 s by bench/peak_rss.py in a process of its own."""
 
     def __enter__(self) -> PeakRss:
-        self._thread.start()
+        self._sampler = subprocess.Popen([sys.executable, str(HERE / "peak_rss.py"), str(os.getpid())],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            now = {"driver python": 0, "driver JVM": 0, "python workers": 0}
-            for pid, cmd, rss in _descendants(os.getpid()):
-                kind = ("driver python" if pid == os.getpid() else "driver JVM" if "java" in cmd.split(" ")[0]
-                        else "python workers" if "pyspark" in cmd or "python" in cmd else None)
-                if kind:
-                    now[kind] += rss
-            for k, v in now.items():
-                self.peak[k] = max(self.peak[k], v)
-
-
-def _descendants(root: int) -> list[tuple[int, str, int]]:
-    parents, info = {}, {}
-    for entry_ in Path("/proc").iterdir():
-        if not entry_.name.isdigit():
-            continue
-        try:
-            status = (entry_ / "status").read_text()
-            cmd = (entry_ / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        pid = int(entry_.name)
-        parents[pid] = int(fields.get("PPid", "0").strip())
-        info[pid] = (cmd, int(fields.get("VmRSS", "0 kB").split()[0]) * 1024)
-    out = []
-    for pid, (cmd, rss) in info.items():
-        p = pid
-        while p and p != root:
-            p = parents.get(p, 0)
-        if p == root:
-            out.append((pid, cmd, rss))
-    return out
+        out, _ = self._sampler.communicate("")  # closing its stdin ends the sampling
+        self.peak = json.loads(out.splitlines()[-1])
 
 
 def upsert_jobs_file(work: Path) -> Path:

@@ -15,8 +15,9 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -237,13 +238,30 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         if on_progress:
             on_progress(total - remaining(window, prep.done), total)
         first_batch = store.last_batch_id(args.job)
-        done = _write_chunks(args, spark, bootstrap, url, store, lease, prep, on_progress)
+        with _no_whole_stage_codegen(spark):
+            done = _write_chunks(args, spark, bootstrap, url, store, lease, prep, on_progress)
     if merge_remaining(url, args.table):  # the last chunks' merge runs in a worker that stopping Spark would kill
         err.print(f"small partitions of {args.table} merged", highlight=False)
     summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.offsets = remaining(window, prep.done) - remaining(window, done)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+@contextmanager
+def _no_whole_stage_codegen(spark) -> Iterator[None]:
+    """A chunk's stage (read, a pipeline's parse and checks, the hand-over to the sink) is too large to be fused
+    into one method the JVM compiles (spark.sql.codegen.hugeMethodLimit): Spark generated and compiled the fused
+    code for every chunk, only to drop it and run the operators' own code. Without whole-stage codegen a chunk
+    skips that attempt: a backfill of 2,000,000 events in chunks of 50,000 took 13.1 s instead of 13.8, in chunks
+    of 500,000 9.7 s and 9.6 (medians of five interleaved runs)."""
+    key = "spark.sql.codegen.wholeStage"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: OffsetStore, lease: Lease,
