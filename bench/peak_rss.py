@@ -7,6 +7,7 @@ in bytes by kind, once its standard input closes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import select
 import sys
@@ -51,7 +52,9 @@ def sample(root: int) -> dict[str, int]:
 
 
 def main() -> None:
-    root = int(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", type=int, help="the process whose tree is sampled")
+    root = ap.parse_args().root
     peak = dict.fromkeys(KINDS, 0)
     while not select.select([sys.stdin], [], [], 0.2)[0]:  # until the parent closes our stdin
         for kind, value in sample(root).items():
