@@ -25,10 +25,12 @@ def spark_session(app_name: str, settings: Settings | None = None,
     builder = (builder.appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
-               # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's parse with its
-               # checks makes one: Spark's default (65535) kept it as one method the JVM then interpreted (reading,
-               # parsing and handing 2,000,000 events to Python cost 10.9 s of CPU in the tasks instead of 5.3).
-               # Spark's docs advise 8000 on HotSpot: such a stage then runs as smaller compiled pieces.
+               # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's projections of
+               # values typed in the read (each column: the read's value, or from_json's and its checks) make one:
+               # Spark's default (65535) kept it as one method the JVM then interpreted. Reading 2,000,000 demo
+               # events typed in the read, parsing and handing them to Python took 12.7 s instead of 16.9
+               # (medians of two, one session); Spark's parse alone ran alike either way (12.9 s and 13.5 s).
+               # Spark's docs advise 8000 on HotSpot: such a stage then runs without whole-stage codegen.
                .config("spark.sql.codegen.hugeMethodLimit", "8000"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
