@@ -251,9 +251,9 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
 @contextmanager
 def _no_whole_stage_codegen(spark) -> Iterator[None]:
     """A chunk's stage (read, a pipeline's parse and checks, the hand-over to the sink) is too large to be fused
-    into one method the JVM compiles (spark.sql.codegen.hugeMethodLimit): Spark generated and compiled the fused
-    code for every chunk, only to drop it and run the operators' own code. Without whole-stage codegen a chunk
-    skips that attempt: a backfill of 2,000,000 events in chunks of 50,000 took 13.1 s instead of 13.8, in chunks
+    into one method the JVM compiles (spark.sql.codegen.hugeMethodLimit): Spark generated the fused code for every
+    chunk, only to find it too large and run the operators' own code. Without whole-stage codegen a chunk skips
+    that attempt: a backfill of 2,000,000 events in chunks of 50,000 took 13.1 s instead of 13.8, in chunks
     of 500,000 9.7 s and 9.6 (medians of five interleaved runs)."""
     key = "spark.sql.codegen.wholeStage"
     before = spark.conf.get(key)

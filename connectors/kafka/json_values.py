@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from operator import attrgetter
 
 import msgspec
@@ -343,17 +343,14 @@ def _exact_decimal(v: int | float, scale: int, precision: int) -> Decimal | None
     the precision is exceeded."""
     quantum = Decimal(1).scaleb(-scale)
     if abs(v) >= 10 ** (precision - scale):
-        return None  # Spark: out of range
+        return None  # Spark: out of range; also keeps quantize within the context's 100 digits (JSON has no NaN)
     with localcontext(prec=100):
-        try:
-            if type(v) is float:
-                exact = Decimal(v)
-                step = Decimal(float(np.spacing(abs(v)))) * 4
-                d = (exact - step).quantize(quantum, ROUND_HALF_UP)
-                if d != (exact + step).quantize(quantum, ROUND_HALF_UP):
-                    return None
-            else:
-                d = Decimal(v).quantize(quantum)
-        except InvalidOperation:
-            return None
+        if type(v) is float:
+            exact = Decimal(v)
+            step = Decimal(float(np.spacing(abs(v)))) * 4
+            d = (exact - step).quantize(quantum, ROUND_HALF_UP)
+            if d != (exact + step).quantize(quantum, ROUND_HALF_UP):
+                return None
+        else:
+            d = Decimal(v).quantize(quantum)
         return d if abs(d.scaleb(scale)) < 10 ** precision else None
