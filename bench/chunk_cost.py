@@ -11,9 +11,6 @@ reads from /proc the wall time and the CPU seconds of:
   PostgreSQL and Kafka, when they run on this machine (`streamfill stack up`);
   this driver process.
 
-A backfill ends once no merge of its table's small partitions runs or is due: with more than 2,000,000 rows
-per Kafka partition, the merges count for the run whose commits set them off.
-
 Prints the medians for each chunk size and, for each process, the CPU one more chunk costs: (small - large) /
 (chunks of small - chunks of large). Needs `streamfill stack up`.
 

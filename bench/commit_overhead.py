@@ -25,7 +25,8 @@ from rich.table import Table
 from sqlalchemy import create_engine, text
 
 from app.stack.postgres import admin_url
-from connectors.postgres import target
+from connectors.postgres import stage, target
+from connectors.postgres.sink_options import SinkOptions
 from connectors.postgres.target import Column
 from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
 from offsets_db.exactly_once import PlannedRange
@@ -50,6 +51,17 @@ def rows_batch(partitions: int, count: int, base: int) -> pa.RecordBatch:
         "value": pa.array([b'{"order": %d, "amount": 12.5}' % i for i in range(count)], pa.binary())})
 
 
+def stream_plan(conn, url: str, table: str, job: str | None) -> SinkPlan:
+    """The plan the sink makes for a stream into a new `table` (with `job`, or an atomic write without one)."""
+    key = ("topic", "partition", "offset")
+    tgt = target.prepare(conn, None, table, COLUMNS, key)
+    stg = stage.stage_for(tgt, job or f"{table}-plain", dead_letters=False)
+    stage.create(conn, stg, tgt, "stream", 86_400)
+    options = SinkOptions(schema=None, table=table, mode="append-new", key=key, version=(), job=job,
+                          dead_letters=False, evolve=False)
+    return SinkPlan(url, options, tgt, stg, own_stage=False, ranged=job is not None)
+
+
 def commit_bench(url: str, batches: int) -> Table:
     import psycopg2
 
@@ -65,10 +77,7 @@ def commit_bench(url: str, batches: int) -> Table:
             plans = {}
             for with_job in (True, False):
                 owner = name if with_job else name + "-plain"
-                tgt = target.prepare(conn, None, f"t_{owner.replace('-', '_')}", COLUMNS,
-                                     ("topic", "partition", "offset"), owner)
-                target.create_stage(conn, tgt, "stream", 86_400)
-                plans[with_job] = SinkPlan(url, tgt, "append-new", name if with_job else None, own_stage=False)
+                plans[with_job] = stream_plan(conn, url, f"t_{owner.replace('-', '_')}", name if with_job else None)
             conn.close()
             store.ensure_job(name, "stream")
             per = max(count // partitions, 0)
@@ -105,15 +114,13 @@ def stage_bench(url: str, batches: int) -> Table:
         conn = psycopg2.connect(dsn(url))
         for kind in ("unlogged", "logged"):
             name = f"stage-{kind}-{count}-{uuid.uuid4().hex[:6]}"
-            tgt = target.prepare(conn, None, f"t_{name.replace('-', '_')}", COLUMNS, ("topic", "partition", "offset"),
-                                 name)
-            target.create_stage(conn, tgt, "stream", 86_400)
+            plan = stream_plan(conn, url, f"t_{name.replace('-', '_')}", name)
             if kind == "logged":
                 with conn.cursor() as cur:
-                    cur.execute(f'ALTER TABLE "{tgt.stage}" SET LOGGED')
+                    cur.execute(f'ALTER TABLE "{plan.stage.name}" SET LOGGED')
                 conn.commit()
             store.ensure_job(name, "stream")
-            plans[kind] = (name, SinkPlan(url, tgt, "append-new", name, own_stage=False))
+            plans[kind] = (name, plan)
         for i in range(batches):
             for kind in (("unlogged", "logged") if i % 2 else ("logged", "unlogged")):
                 name, plan = plans[kind]
@@ -124,7 +131,7 @@ def stage_bench(url: str, batches: int) -> Table:
                 if kind == "unlogged":
                     counted = time.perf_counter()
                     with conn.cursor() as cur:
-                        target.count_staged(cur, plan.target, [message.write_id])
+                        stage.count(cur, plan.stage, [message.write_id])
                     conn.rollback()
                     timings["count"].append((time.perf_counter() - counted) * 1000)
                     started += time.perf_counter() - counted  # the commit counts again below

@@ -13,17 +13,18 @@ Both streams use the same maxOffsetsPerTrigger, so the batches have the same siz
 same compiler (spark_jobs.pipelines.compile): (b), as hand-written code would, with Spark's from_json and casts
 alone; the streamfill ways and (f) with the values typed in the read where that is certain
 (compile.reader_options) and Spark's from_json for the rest. The benchmark checks that (a), (b), (c), (d) and (f)
-wrote equal tables and dead letters. A streamfill way's time ends once no merge of its table's small
-partitions runs or is due (a backfill ends so; after a stream the benchmark waits with the same call,
-connectors.spark.postgres_sink.merge_remaining): with 2,000,000 events over 4 partitions none is, with more than
-2,000,000 rows per Kafka partition the merges count (the README's "Small backfill chunks"). Prints offsets per
+wrote equal tables and dead letters. Prints offsets per
 second, the ratios to (b) and to (f), and the peak RSS of the driver (JVM and Python) and of the Python workers
 (the sum over workers at the peak sample).
+With --contended, each way also runs again while users use its table: once the table exists, an analyst's
+REPEATABLE READ transaction reads it and stays open until the way ends (holding its lock on the table), and a
+dashboard's short query runs every half second; the run's time and the dashboard's worst wait are reported
+beside the way's time alone.
 Repeats are interleaved; the median is reported. Needs `streamfill stack up`; Maven fetches Spark's Kafka
 source and the JDBC driver once.
 
     .venv/bin/python bench/end_to_end.py [--events 2000000] [--partitions 4] [--batch 500000] [--repeat 3]
-                                         [--ways abcdef]
+                                         [--ways abcdef] [--contended]
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
-from connectors.spark.postgres_sink import merge_remaining
 from spark_jobs import backfill, stream
 from spark_jobs.demo.produce import ensure_topic, produce
 from spark_jobs.pipelines import entry
@@ -67,7 +67,8 @@ def copy_straight(spark, bootstrap: str, source: str, url: str, name: str, spec)
     import psycopg2
     from pyspark.sql import functions as F
 
-    from connectors.spark.postgres_sink import dsn, pg_type
+    from connectors.spark.pg_types import pg_type
+    from connectors.spark.postgres_sink import dsn
 
     kafka = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", source).option("startingOffsets", "earliest").option("endingOffsets", "latest")
@@ -121,6 +122,20 @@ def copy_straight(spark, bootstrap: str, source: str, url: str, name: str, spec)
     return parsed.mapInArrow(task, "n long").agg(F.sum("n")).first()[0]
 
 
+def jdbc_writer(jdbc: str, name: str, props: dict[str, str]):
+    """The hand-written way's foreachBatch: valid rows to `name`, dead letters to `name`_dead, by Spark's JDBC
+    writer (at-least-once: a batch replayed after a failure is written again)."""
+    def write(batch, batch_id: int) -> None:
+        batch.persist()
+        batch.filter("_error IS NULL").drop("_error", "_raw").write.jdbc(jdbc, name, "append", props)
+        (batch.filter("_error IS NOT NULL")
+         .selectExpr("topic", "partition", "offset", "_raw AS raw_value", "_error AS error")
+         .write.jdbc(jdbc, f"{name}_dead", "append", props))
+        batch.unpersist()
+
+    return write
+
+
 def _jars(dest: Path) -> list[str]:
     spec = importlib.util.spec_from_file_location("read_throughput", HERE / "read_throughput.py")
     module = importlib.util.module_from_spec(spec)
@@ -168,6 +183,56 @@ class PeakRss:
         self.peak = json.loads(out.splitlines()[-1])
 
 
+class Users:
+    """While a way runs: once its table exists, an analyst's transaction that read it stays open (holding its
+    lock on the table) and a dashboard's short query runs every half second. `worst` is that query's longest
+    time, lock waits included."""
+
+    def __init__(self, url: str, table_of) -> None:
+        self.url, self.table_of = url, table_of
+        self.stop, self.worst, self.probes = threading.Event(), 0.0, 0
+
+    def __enter__(self) -> Users:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self._thread.join(120)
+
+    def _run(self) -> None:
+        import psycopg2
+
+        from connectors.spark.postgres_sink import dsn
+
+        analyst, dashboard = psycopg2.connect(dsn(self.url)), psycopg2.connect(dsn(self.url))
+        analyst.set_session(isolation_level="REPEATABLE READ")
+        dashboard.autocommit = True
+        holding = False
+        try:
+            while not self.stop.wait(0.5):
+                table = self.table_of()
+                if table is None:
+                    continue
+                with dashboard.cursor() as cur:
+                    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{table}"',))
+                    if not cur.fetchone()[0]:
+                        continue
+                    if not holding:
+                        with analyst.cursor() as held:
+                            held.execute(f'SELECT 1 FROM "{table}" LIMIT 1')
+                        holding = True
+                    started = time.perf_counter()
+                    cur.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT 10) s')
+                    cur.fetchone()
+                    self.worst = max(self.worst, time.perf_counter() - started)
+                    self.probes += 1
+        finally:
+            analyst.close()
+            dashboard.close()
+
+
 def upsert_jobs_file(work: Path) -> Path:
     """The jobs file with `orders_upsert`: the orders entry keyed by event_id, mode replace."""
     doc = yaml.safe_load(jobs_file().read_text())
@@ -189,6 +254,8 @@ def main() -> None:
     ap.add_argument("--small-chunk", type=int, default=50_000, help="the chunk size of way (d)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per way, interleaved; the median is reported")
     ap.add_argument("--ways", default="abcdef", help="which ways to run (letters as listed above)")
+    ap.add_argument("--contended", action="store_true",
+                    help="run each way again while a reader holds its table and a short query probes it")
     args = ap.parse_args()
     settings = get_settings()
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
@@ -208,33 +275,27 @@ def main() -> None:
     engine = create_engine(url)
     tables: list[str] = []
     written: dict[str, tuple[str, str]] = {}  # way -> (table, dead letters: a table or a job's name)
+    current: dict[str, str] = {}  # the table the running way writes, for the users of --contended
 
     def streamfill(source: str, pipeline: str = "orders", way: str = "a") -> int:
         name = f"bench_sf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
+        current["table"] = name
         summary = stream.run(stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now",
                                                args.batch, pipeline=pipeline), spark, bootstrap, url,
                              threading.Event())
-        merge_remaining(url, name)  # the merges its commits set off count for this way
         written[way] = (name, "job:" + name.replace("_", "-"))
         return summary.rows + summary.dead_letters
 
     def alternative(source: str) -> int:
         name = f"bench_jdbc_{uuid.uuid4().hex[:8]}"
         tables.extend([name, f"{name}_dead"])
-
-        def write(batch, batch_id: int) -> None:
-            batch.persist()
-            batch.filter("_error IS NULL").drop("_error", "_raw").write.jdbc(jdbc, name, "append", props)
-            (batch.filter("_error IS NOT NULL")
-             .selectExpr("topic", "partition", "offset", "_raw AS raw_value", "_error AS error")
-             .write.jdbc(jdbc, f"{name}_dead", "append", props))
-            batch.unpersist()
+        current["table"] = name
 
         kafka = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                  .option("subscribe", source).option("startingOffsets", "earliest")
                  .option("maxOffsetsPerTrigger", str(args.batch)).load())
-        query = (parse(kafka, entry("orders")).writeStream.foreachBatch(write)
+        query = (parse(kafka, entry("orders")).writeStream.foreachBatch(jdbc_writer(jdbc, name, props))
                  .option("checkpointLocation", str(work / name)).trigger(availableNow=True).start())
         query.awaitTermination()
         written["b"] = (name, f"{name}_dead")
@@ -244,6 +305,7 @@ def main() -> None:
     def backfill_all(source: str, chunk: int, way: str) -> int:
         name = f"bench_bf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
+        current["table"] = name
         summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name,
                                                      chunk_size=chunk, pipeline="orders"), spark, bootstrap, url)
         written[way] = (name, "job:" + name.replace("_", "-"))
@@ -252,6 +314,7 @@ def main() -> None:
     def ceiling(source: str) -> int:
         name = f"bench_raw_{uuid.uuid4().hex[:8]}"
         tables.extend([name, f"{name}_dead"])
+        current["table"] = name
         count = copy_straight(spark, bootstrap, source, url, name, entry("orders"))
         written["f"] = (name, f"{name}_dead")
         return count
@@ -266,6 +329,8 @@ def main() -> None:
                 "f": ("f raw ceiling: read + parse + binary COPY, no exactly-once", ceiling)}
     ways = {k: all_ways[k] for k in args.ways}
     timings: dict[str, list[float]] = {k: [] for k in ways}
+    contended: dict[str, list[float]] = {k: [] for k in ways}
+    worst: dict[str, float] = {k: 0.0 for k in ways}
     peaks: dict[str, dict[str, int]] = {k: {} for k in ways}
     counts: dict[str, int] = {}
     try:
@@ -279,6 +344,16 @@ def main() -> None:
                     timings[k].append(time.perf_counter() - started)
                 peaks[k] = {n: max(v, peaks[k].get(n, 0)) for n, v in rss.peak.items()}
                 console.print(f"{label}: {counts[k]:,} offsets in {timings[k][-1]:.1f} s")
+                if args.contended:
+                    current.clear()
+                    with Users(url, lambda: current.get("table")) as users:
+                        started = time.perf_counter()
+                        counts[k] = fn(topic)
+                        contended[k].append(time.perf_counter() - started)
+                    worst[k] = max(worst[k], users.worst)
+                    console.print(f"{label}, its table held by a reader: {counts[k]:,} offsets in "
+                                  f"{contended[k][-1]:.1f} s; the probe's worst wait {users.worst:.3f} s over "
+                                  f"{users.probes} probes")
             if i == 0:
                 same = compare(engine, written, sorted(set(written) & {"a", "b", "c", "d", "f"}))
     finally:
@@ -288,13 +363,17 @@ def main() -> None:
     rate = {k: args.events / statistics.median(ts) for k, ts in timings.items()}
     table = Table(title=f"{args.events:,} events, {args.partitions} partitions, batches of {args.batch:,} "
                         f"(median of {args.repeat}, interleaved)")
-    for col in ("way", "seconds", "offsets/s", "vs b", "vs f", "peak RSS driver JVM / python / workers (MB)"):
+    columns = ["way", "seconds", "offsets/s", "vs b", "vs f"]
+    if args.contended:
+        columns += ["seconds, table held by a reader", "probe's worst wait (s)"]
+    for col in (*columns, "peak RSS driver JVM / python / workers (MB)"):
         table.add_column(col, justify="left" if col == "way" else "right")
     for k, ts in timings.items():
         mb = peaks[k]
+        held = [f"{statistics.median(contended[k]):.1f}", f"{worst[k]:.3f}"] if args.contended else []
         table.add_row(ways[k][0], f"{statistics.median(ts):.1f}", f"{rate[k]:,.0f}",
                       f"{rate[k] / rate['b']:.2f}" if "b" in rate else "-",
-                      f"{rate[k] / rate['f']:.2f}" if "f" in rate else "-",
+                      f"{rate[k] / rate['f']:.2f}" if "f" in rate else "-", *held,
                       f"{mb['driver JVM'] / 2**20:,.0f} / {mb['driver python'] / 2**20:,.0f} / "
                       f"{mb['python workers'] / 2**20:,.0f}")
     console.print(table)

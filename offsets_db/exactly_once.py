@@ -1,4 +1,4 @@
-"""The exactly-once protocol (design §3), in one place: plan, pending batch, commit, resume.
+"""The exactly-once protocol, in one place: plan, pending batch, commit, resume.
 
 0. fencing (`offsets_db.fencing`, design §8): one launch holds a job at a time; every plan and commit below
    carries its launch's generation and is refused, in its own transaction, when that launch lost the job.
@@ -36,6 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from offsets_db import fencing
+from offsets_db.locks import wait_for_lock
 from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
 from streamfill.errors import CheckpointMismatch, Fenced, ForeignCheckpoint, ProtocolError, UnknownJob
 from streamfill.names import validate_job_name
@@ -202,7 +203,9 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
     given): Fenced otherwise."""
     jid = job_id(s, job)
     if ends is not None:  # a job's batches in flight commit one at a time; its plans are not held up
-        s.execute(select(func.pg_advisory_xact_lock(COMMIT_LOCK_SPACE, jid)))
+        # the other commit may itself wait for a lock on the table (a colleague's CREATE INDEX): wait as long
+        wait_for_lock(s.connection().connection.dbapi_connection.cursor(), "SELECT pg_advisory_xact_lock(%s, %s)",
+                      (COMMIT_LOCK_SPACE, jid), what=f"job {job}: a commit waiting for the job's other commit")
     current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
     last = _last_batch(s, jid, lock=True) if ends is None else _batch_ending_at(s, jid, ends)
     if last is None and ends is not None:

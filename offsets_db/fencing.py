@@ -69,6 +69,17 @@ def holder(s: Session | Connection, jid: int) -> Holder | None:
     return None if row is None else Holder(*row)
 
 
+def launch_alive(cur, job: str, generation: int) -> bool:
+    """On a DB-API cursor (the sink's sweep of staging tables): whether the launch of `job` that took it with
+    `generation` still holds it, its session keeping the job's advisory lock."""
+    cur.execute("""
+        SELECT EXISTS (SELECT 1 FROM job_leases l JOIN jobs j ON j.id = l.job_id
+                       JOIN pg_locks k ON k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
+                                      AND k.objsubid = 2 AND k.granted
+                       WHERE j.name = %s AND l.generation = %s)""", (LOCK_SPACE, job, generation))
+    return bool(cur.fetchone()[0])
+
+
 def run_of(s: Session, jid: int, generation: int) -> int | None:
     """The `runs` row of the launch that holds the job with this generation (None before it has one)."""
     return s.scalar(select(JobLease.run_id).where(JobLease.job_id == jid, JobLease.generation == generation))

@@ -207,7 +207,6 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
     Every argument and the table are checked first; then the launch takes the job (refused, or waiting with
     --wait-for-job, while another launch holds it), decides again under that hold, and records its plan."""
     from connectors.spark import register
-    from connectors.spark.postgres_sink import merge_remaining
 
     store = OffsetStore(url)
     broker = Broker({"bootstrap.servers": bootstrap})
@@ -240,8 +239,6 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         first_batch = store.last_batch_id(args.job)
         with _no_whole_stage_codegen(spark):
             done = _write_chunks(args, spark, bootstrap, url, store, lease, prep, on_progress)
-    if merge_remaining(url, args.table):  # the last chunks' merge runs in a worker that stopping Spark would kill
-        err.print(f"small partitions of {args.table} merged", highlight=False)
     summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.offsets = remaining(window, prep.done) - remaining(window, done)
     summary.seconds = time.monotonic() - started

@@ -91,7 +91,7 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
                 "= ANY(:names) OR tablename LIKE '\\_sf\\_stage\\_t\\_%' OR tablename LIKE '\\_sf\\_part\\_t\\_%')"),
                 {"names": names}))
             for table in sorted(made):
-                if TEST_NAME.match(table) or table.startswith(("_sf_stage_t_", "_sf_part_t_")):
+                if TEST_NAME.match(table) or table.startswith("_sf_stage_t_"):
                     conn.execute(text('DROP TABLE IF EXISTS "{}"'.format(table.replace('"', '""'))))
     finally:
         engine.dispose()

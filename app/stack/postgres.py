@@ -48,7 +48,9 @@ def install_os_packages(*packages: str) -> None:
 
 
 PG_TUNING = {"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "15min",
-             "wal_compression": "lz4", "work_mem": "64MB", "maintenance_work_mem": "512MB"}
+             "wal_compression": "lz4", "work_mem": "64MB", "maintenance_work_mem": "512MB",
+             # publications and logical replication slots work as on a production server (CDC of the tables)
+             "wal_level": "logical"}
 # the logging collector starts a new file daily or at the size limit; each start keeps the newest LOG_FILES
 LOG_FILES = 5
 LOGGING = {"logging_collector": "on", "log_filename": "postgresql-%Y%m%d-%H%M%S.log", "log_rotation_age": "1d",

@@ -3,10 +3,8 @@
 python stream_driver.py TOPIC JOB TABLE CHECKPOINT [MAX_OFFSETS_PER_TRIGGER]
 DRIVER_SOURCE_OPTIONS (JSON) adds source options, e.g. {"failOnDataLoss": "false"}.
 Runs with Trigger.AvailableNow and exits 0 when everything available has been written. Each row gets a random
-`row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it): the rows
-are published by the staging table's insert. With DRIVER_DEFAULT_KEY=1 the table keeps the default key
-(topic, partition, offset), so the sink partitions it and publishes each task's rows by attaching them (every
-task's, however few: attachMinRows 0).
+`row_id`, the table's unique key, so a record written twice shows up twice (the key cannot hide it). With
+DRIVER_DEFAULT_KEY=1 the table keeps the default key (topic, partition, offset).
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ def main(topic: str, job: str, table: str, checkpoint: str, max_per_trigger: str
           .option("subscribe", topic).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", max_per_trigger).option("job", job)
           .options(**json.loads(os.environ.get("DRIVER_SOURCE_OPTIONS", "{}"))).load())
-    key = {"attachMinRows": "0"} if os.environ.get("DRIVER_DEFAULT_KEY") == "1" else {"keyColumns": "row_id"}
-    if "keyColumns" in key:
+    key = {} if os.environ.get("DRIVER_DEFAULT_KEY") == "1" else {"keyColumns": "row_id"}
+    if key:
         df = df.withColumn("row_id", expr("uuid()"))
     query = (df.writeStream.format("streamfill_postgres").option("table", table).option("job", job).options(**key)
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())

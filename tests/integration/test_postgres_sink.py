@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import threading
 import uuid
 from decimal import Decimal
 
@@ -218,158 +217,32 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     the schema drops it once it is older than STREAMFILL_PG_STAGE_ORPHAN_AFTER_S. A stream's stage stays."""
     import psycopg2
 
-    from connectors.postgres import target
+    from connectors.postgres import stage, target
     from connectors.postgres.target import Column
     from connectors.spark.postgres_sink import dsn
 
     table = f"orphans_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(dsn(stack_settings.offsets_db_url))
     try:
-        cols = [Column("id", "bigint")]
-        dead = target.prepare(conn, None, table, cols, ("id",), f"write-{uuid.uuid4().hex}")
-        target.create_stage(conn, dead, "write", 86_400)
-        stream = target.prepare(conn, None, table, cols, ("id",), "a-stream-job")
-        target.create_stage(conn, stream, "stream", 86_400)
+        tgt = target.prepare(conn, None, table, [Column("id", "bigint")], ("id",))
+        dead = stage.stage_for(tgt, f"write-{uuid.uuid4().hex}", dead_letters=False)
+        stage.create(conn, dead, tgt, "write", 86_400)
+        stream = stage.stage_for(tgt, "a-stream-job", dead_letters=False)
+        stage.create(conn, stream, tgt, "stream", 86_400)
         with conn.cursor() as cur:  # as if created two days ago
-            cur.execute(f'COMMENT ON TABLE "{dead.stage}" IS %s', (
+            cur.execute(f'COMMENT ON TABLE "{dead.name}" IS %s', (
                 '{"streamfill_stage": "write", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
-            cur.execute(f'COMMENT ON TABLE "{stream.stage}" IS %s', (
+            cur.execute(f'COMMENT ON TABLE "{stream.name}" IS %s', (
                 '{"streamfill_stage": "stream", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
         conn.commit()
-        fresh = target.prepare(conn, None, table, cols, ("id",), f"write-{uuid.uuid4().hex}")
-        target.create_stage(conn, fresh, "write", 86_400)
+        fresh = stage.stage_for(tgt, f"write-{uuid.uuid4().hex}", dead_letters=False)
+        stage.create(conn, fresh, tgt, "write", 86_400)
     finally:
         conn.close()
     with db.connect() as c:
         stages = {r[0] for r in c.execute(text("SELECT tablename FROM pg_tables WHERE tablename LIKE :p"),
                                           {"p": f"_sf_stage_{table}%"}).all()}
-    assert stages == {stream.stage, fresh.stage}, "the orphan is dropped; the stream's and the new one stay"
-
-
-def _table_of_parts(cur, table: str, lows) -> None:
-    """A partitioned table with one attached partition of 10 rows (offsets low..low+9) per low."""
-    from psycopg2 import sql
-
-    from connectors.postgres import partitions
-    from connectors.postgres.partitions import Part
-
-    partitions.create_partitioned(cur, "public", table,
-                                  sql.SQL('topic text, "partition" integer, "offset" bigint, v text'))
-    for low in lows:
-        name = partitions.part_name(table, f"w{low}")
-        partitions.create_part(cur, "public", table, name)
-        cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 'a' || o FROM generate_series(%s, %s) o")
-                    .format(sql.Identifier(name)), (low, low + 9))
-        partitions.attach(cur, "public", table,
-                          partitions.seal_part(cur, "public", Part(name, "t", 0, low, low + 10, 10)))
-
-
-def test_a_merge_takes_along_rows_inserted_between_its_partitions(topic_name, db):
-    """Offsets between two attached partitions whose rows were inserted (a small task's staged rows) sit in the
-    default partition: the merge moves them into the merged partition, or its ATTACH would fail every time."""
-    import psycopg2
-    from psycopg2 import sql
-
-    from connectors.postgres import partitions
-    from connectors.spark.postgres_sink import dsn
-
-    table = f"{topic_name}_gaps"
-    conn = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
-    try:
-        with conn.cursor() as cur:
-            _table_of_parts(cur, table, (0, 20))
-            cur.execute(sql.SQL("INSERT INTO {} SELECT 't', 0, o, 's' || o FROM generate_series(10, 19) o")
-                        .format(sql.Identifier(table)))
-        conn.commit()
-        other = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
-        try:  # another process merging the same table: this one leaves it alone
-            with other.cursor() as cur:
-                cur.execute("SELECT pg_advisory_lock(%s, hashtext(%s))",
-                            (partitions.MERGE_LOCK_SPACE, f"public.{table}"))
-            assert partitions.merge_due(conn, "public", table), "a merge runs in another session"
-            assert partitions.merge_small(conn, "public", table, when=2) == 0
-            assert partitions.merge_small(conn, "public", table, when=2, wait="200ms") == 0
-            threading.Timer(0.5, other.close).start()  # the other merge ends while this one waits for it
-            assert partitions.merge_small(conn, "public", table, when=2, wait="60s") == 2
-        finally:
-            other.close()
-        assert scalar(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :space "
-                          "AND pid = :pid", space=partitions.MERGE_LOCK_SPACE, pid=conn.get_backend_pid()) == 0, \
-            "every merge released its lock"
-    finally:
-        conn.close()
-    assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 30
-    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 30
-    assert scalar(db, f'SELECT count(*) FROM "{partitions.default_name(table)}"') == 0, "the gap's rows moved"
-    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 2, \
-        "one merged partition and the default"
-
-
-def test_what_is_due_is_merged_on_the_driver_before_spark_stops(topic_name, db):
-    """A backfill's last merge runs in the committing worker, which stopping Spark kills: merge_remaining (the
-    backfill's last step) merges what is due, and nothing is left to merge."""
-    import psycopg2
-
-    from connectors.postgres import partitions
-    from connectors.spark.postgres_sink import dsn, merge_remaining
-
-    url = str(db.url.render_as_string(hide_password=False))
-    table = f"{topic_name}_due"
-    conn = psycopg2.connect(dsn(url))
-    try:
-        with conn.cursor() as cur:
-            _table_of_parts(cur, table, range(0, 80, 10))  # 8 partitions of one size class: a merge is due
-        conn.commit()
-        assert partitions.merge_due(conn, "public", table)
-        assert merge_remaining(url, table) == 8
-        assert not partitions.merge_due(conn, "public", table), "nothing runs, nothing is due"
-    finally:
-        conn.close()
-    assert scalar(db, f'SELECT count(DISTINCT "offset") FROM "{table}"') == 80
-    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 2, \
-        "one merged partition and the default"
-
-
-def test_a_new_table_is_partitioned_and_each_tasks_rows_are_attached_overlaps_are_inserted_once(spark, bootstrap,
-                                                                                               topic_name, db):
-    from connectors.postgres import partitions
-    from connectors.spark.postgres_sink import dsn
-
-    create_topic(bootstrap, topic_name, 2)
-    produce(bootstrap, topic_name, [{"value": b"v%d" % i, "partition": i % 2} for i in range(400)])
-    table = f"{topic_name}_parts"
-    for n, (frm, to) in enumerate([('{"%s": {"0": 0, "1": 0}}', '{"%s": {"0": 100, "1": 100}}'),
-                                   ('{"%s": {"0": 100, "1": 100}}', '{"%s": {"0": 200, "1": 200}}')]):
-        job = f"{topic_name}-p{n}"
-        with hold_job(job) as generation:
-            df = kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation,
-                          startingOffsets=frm % topic_name, endingOffsets=to % topic_name)
-            write(df.select("topic", "partition", "offset", "value"), table, job=job, jobGeneration=generation,
-                  attachMinRows="0")
-    assert scalar(db, "SELECT relkind FROM pg_class WHERE relname = :t", t=table) == "p"
-    kids = scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"')
-    assert kids == 5, "four attached task tables (two partitions, two writes) and the default partition"
-    # a third job reads everything again: its ranges overlap, so its rows are inserted, each once
-    job = f"{topic_name}-all"
-    with hold_job(job) as generation:
-        write(kafka_df(spark, bootstrap, topic_name, job=job, jobGeneration=generation)
-              .select("topic", "partition", "offset", "value"), table, job=job, jobGeneration=generation,
-              attachMinRows="0")
-    assert scalar(db, f'SELECT count(*) FROM "{table}"') == 400
-    assert scalar(db, f'SELECT count(DISTINCT (partition, "offset")) FROM "{table}"') == 400
-    assert scalar(db, "SELECT count(*) FROM pg_class c WHERE relname LIKE '\\_sf\\_part\\_%' AND NOT relispartition "
-                      "AND relname LIKE :p", p=f"_sf_part_{table[:24]}%") == 0, "no unattached task table is left"
-    import psycopg2
-
-    conn = psycopg2.connect(dsn(str(db.url.render_as_string(hide_password=False))))
-    try:
-        assert partitions.merge_small(conn, "public", table, when=2) == 4
-    finally:
-        conn.close()
-    assert scalar(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)", t=f'"{table}"') == 3
-    assert scalar(db, f'SELECT count(DISTINCT (partition, "offset")) FROM "{table}"') == 400
-    assert scalar(db, f'SELECT string_agg(convert_from(value, \'UTF8\'), \',\' ORDER BY "offset") FROM "{table}" '
-                      'WHERE partition = 0 AND "offset" < 3') == "v0,v2,v4"
+    assert stages == {stream.name, fresh.name}, "the orphan is dropped; the stream's and the new one stay"
 
 
 def test_a_worker_keeps_only_idle_connections_and_replaces_one_the_server_ended(db):

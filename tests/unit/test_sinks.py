@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -13,7 +12,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from app.commands.offsets import parse_since
 from connectors.kafka.options import parse as parse_source
-from connectors.postgres import copy, partitions, target
+from connectors.postgres import copy, sink_options, stage, target
 from connectors.spark import kafka_sink
 from streamfill.errors import CheckpointMismatch, OptionError
 from streamfill.names import parse_table
@@ -30,24 +29,41 @@ def test_table_names_and_schemas():
 
 
 def test_key_defaults_to_kafka_coordinates_and_names_what_is_missing():
-    assert target.parse_key(None, ["topic", "partition", "offset", "v"]) == ("topic", "partition", "offset")
-    assert target.parse_key(" id , day", ["id", "day"]) == ("id", "day")
+    assert sink_options.parse_key(None, ["topic", "partition", "offset", "v"]) == ("topic", "partition", "offset")
+    assert sink_options.parse_key(" id , day", ["id", "day"]) == ("id", "day")
     with pytest.raises(OptionError, match="set keyColumns"):
-        target.parse_key(None, ["id"])
+        sink_options.parse_key(None, ["id"])
     with pytest.raises(OptionError, match="nope are not in the DataFrame"):
-        target.parse_key("id,nope", ["id"])
+        sink_options.parse_key("id,nope", ["id"])
 
 
 def test_modes():
-    assert target.parse_mode(None) == "append-new"
-    assert target.parse_mode("REPLACE") == "replace"
+    assert sink_options.parse_mode(None) == "append-new"
+    assert sink_options.parse_mode("REPLACE") == "replace"
     with pytest.raises(OptionError, match="append-new .* or replace"):
-        target.parse_mode("merge")
+        sink_options.parse_mode("merge")
+
+
+def test_which_version_of_a_key_wins_is_kafkas_timestamp_then_topic_partition_and_offset():
+    pipeline = ["event_id", "topic", "partition", "offset", "kafka_timestamp", "_error", "_raw"]
+    spark_kafka = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert sink_options.version_order(pipeline) == ("kafka_timestamp", "topic", "partition", "offset")
+    assert sink_options.version_order(spark_kafka) == ("timestamp", "topic", "partition", "offset")
+    assert sink_options.version_order(["id", "offset"]) == ()
+    opts = sink_options.parse({"table": "t", "mode": "replace", "keyColumns": "event_id", "job": "j",
+                               "deadLetters": "true"}, pipeline, streaming=True)
+    assert opts.version == ("kafka_timestamp", "topic", "partition", "offset") and opts.staged_only == ("_error", "_raw")
+    assert sink_options.parse({"table": "t", "keyColumns": "event_id"}, pipeline, streaming=False).version == (), \
+        "append-new keeps the row that is there: no order needed"
+    with pytest.raises(OptionError, match=r"option mode='replace': needs Kafka's timestamp, topic, partition and "
+                                          r"offset.*Keep the columns kafka_timestamp"):
+        sink_options.parse({"table": "t", "mode": "replace", "keyColumns": "id", "job": "j"}, ["id", "offset"],
+                           streaming=True)
 
 
 def test_stage_names_fit_postgres_and_differ_per_job():
-    a = target.stage_name("public", "x" * 63, "job-a")
-    b = target.stage_name("public", "x" * 63, "job-b")
+    a = stage.stage_name("public", "x" * 63, "job-a")
+    b = stage.stage_name("public", "x" * 63, "job-b")
     assert len(a) <= 63 and a != b
 
 
@@ -162,108 +178,3 @@ def test_since_takes_ages_and_iso_times():
     assert parse_since(None, now) is None
     with pytest.raises(typer.BadParameter, match="neither an ISO-8601 time nor an age"):
         parse_since("yesterday", now)
-
-
-def test_partition_bounds_are_read_back_with_quotes_in_topic_names():
-    assert partitions._bounds("FOR VALUES FROM ('it''s', 3, '10') TO ('it''s', 3, '20')") == (
-        ["it's", "3", "10"], ["it's", "3", "20"])
-
-
-def test_small_adjacent_partitions_of_one_kafka_partition_are_merged_in_runs():
-    def part(p: int, low: int, rows: int):
-        return (f"p{p}_{low}", "t", p, low, low + 10, rows)
-
-    parts = [part(0, i * 10, 5) for i in range(3)] + [part(0, 30, 10_000_000)] + [part(0, 40 + i * 10, 5)
-                                                                                  for i in range(9)]
-    parts += [part(1, i * 10, 5) for i in range(7)]
-    runs = partitions._runs(parts, below_rows=1000, when=8)
-    assert [[p[0] for p in r] for r in runs] == [[f"p0_{40 + i * 10}" for i in range(9)]], \
-        "a large partition breaks a run; fewer than 8 small ones wait"
-
-
-def test_chunk_sized_partitions_wait_until_they_add_up_to_a_full_partition_and_are_copied_once():
-    def part(p: int, low: int, rows: int):
-        return (f"p{p}_{low}", "t", p, low, low + rows, rows)
-
-    fifty = [part(0, i * 50_000, 50_000) for i in range(39)]
-    assert partitions._runs(fifty, below_rows=2_000_000, when=8) == [], \
-        "39 chunks of 50,000 add up to 1,950,000 rows: they wait rather than make a partition merged again later"
-    forty_one = fifty + [part(0, 39 * 50_000, 50_000), part(0, 40 * 50_000, 50_000)]
-    assert [p[0] for p in partitions._runs(forty_one, below_rows=2_000_000, when=8)[0]] == \
-        [f"p0_{i * 50_000}" for i in range(40)], "the first 40 make 2,000,000 rows; the 41st waits for the next"
-    large = [part(1, i * 500_000, 500_000) for i in range(4)]
-    assert [p[0] for p in partitions._runs(large, below_rows=2_000_000, when=8)[0]] == \
-        [f"p1_{i * 500_000}" for i in range(4)], "four default chunks make one full partition"
-    broken = [part(2, 0, 1_500_000), part(2, 1_500_000, 2_000_000), part(2, 3_500_000, 400_000),
-              part(2, 3_900_000, 20_000), part(2, 3_920_000, 1_700_000)]
-    assert partitions._runs(broken, below_rows=2_000_000, when=8) == [], \
-        "a full partition or a smaller one in between breaks the run: no run adds up to 2,000,000"
-    smallest = [part(3, i * 31_250, 31_250) for i in range(70)]
-    assert len(partitions._runs(smallest, below_rows=2_000_000, when=8)[0]) == partitions.MERGE_MOST, \
-        "the smallest partitions that wait for a full one make a merge of 64 at most"
-
-
-def test_a_merged_partition_is_not_merged_again_with_each_new_small_one():
-    def part(low: int, rows: int):
-        return (f"p_{low}", "t", 0, low, low + 10, rows)
-
-    merged_once = [part(0, 100_000)] + [part(10 + i * 10, 12_500) for i in range(7)]
-    assert partitions._runs(merged_once, below_rows=2_000_000, when=8) == [], \
-        "one partition of 8 merged ones and 7 new ones: the new ones wait for an eighth, nothing is copied twice"
-    eight_new = merged_once + [part(80, 12_500)]
-    assert [p[0] for p in partitions._runs(eight_new, below_rows=2_000_000, when=8)[0]] == \
-        [f"p_{10 + i * 10}" for i in range(8)]
-    mixed = [part(i * 10, 9_000 if i % 2 else 40_000) for i in range(64)]
-    assert len(partitions._runs(mixed, below_rows=2_000_000, when=8)[0]) == 64, \
-        "sizes that alternate between tiers are merged anyway once there are 64"
-    grown = [part(0, 1_500_000)] + [part(10 + i * 10, 3_000 if i % 2 else 9_000) for i in range(63)]
-    assert [p[0] for p in partitions._runs(grown, below_rows=2_000_000, when=8)[0]] == [p[0] for p in grown[1:]], \
-        "a partition larger than the rest of the run is left out, not copied again for a few rows"
-    middle = [part(0, 3_000), part(10, 9_000), part(20, 1_500_000)] + [part(30 + i * 10, 3_000 if i % 2 else 9_000)
-                                                                      for i in range(61)]
-    assert [p[0] for p in partitions._runs(middle, below_rows=2_000_000, when=8)[0]] == [p[0] for p in middle[3:]], \
-        "a dominant partition inside the run splits it, wherever it sits"
-    isolated = [p for i in range(64) for p in (part(i * 20, 2_000_000), part(i * 20 + 10, 30_000))]
-    assert partitions._runs(isolated, below_rows=2_000_000, when=8) == [], \
-        "a small partition between two full ones has nothing to be merged with"
-    shorter = isolated + [part(2_000, 1_900_000), part(2_010, 10_000), part(2_020, 1_950_000), part(2_030, 2_000_000),
-                          part(2_040, 9_000), part(2_050, 3_000), part(2_060, 9_000)]
-    assert [p[0] for p in partitions._runs(shorter, below_rows=2_000_000, when=8)[0]] == ["p_2040", "p_2050",
-                                                                                          "p_2060"], \
-        "the longest run split at its dominant partitions leaves one: a shorter run that merges two is taken"
-
-
-def test_a_commit_during_a_merge_has_the_merge_thread_look_again_when_it_ends(monkeypatch):
-    """Only one merge thread per target: a commit that lands while it runs must not leave its partitions
-    unmerged until some later commit (the last chunk of a backfill has no later commit)."""
-    import threading
-
-    from connectors.spark import postgres_sink
-
-    first_pass, release = threading.Event(), threading.Event()
-    passes: list[int] = []
-    threads: set[int] = set()
-
-    def merge_once(plan) -> int:
-        passes.append(len(passes))
-        threads.add(threading.get_ident())
-        if len(passes) == 1:
-            first_pass.set()
-            assert release.wait(30)
-        return 0  # nothing merged: without another commit the thread would stop after this pass
-
-    monkeypatch.setattr(postgres_sink, "_merge_once", merge_once)
-    plan = SimpleNamespace(url="postgresql://h/db", target=SimpleNamespace(schema="public", table="t"))
-    postgres_sink._merge_later(plan)
-    assert first_pass.wait(30)
-    thread = next(t for t in threading.enumerate() if t.name == "streamfill-merge-t")
-    postgres_sink._merge_later(plan)  # a second commit during the first pass: no second thread
-    assert [t.name for t in threading.enumerate()].count("streamfill-merge-t") == 1
-    release.set()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert passes == [0, 1], "one pass for the first commit, one more for the commit during it"
-    assert len(threads) == 1, "the second commit's look is the running thread's, not a thread of its own"
-    postgres_sink._merge_later(plan)  # a commit after the thread ended starts a new one
-    next((t for t in threading.enumerate() if t.name == "streamfill-merge-t"), thread).join(30)
-    assert passes == [0, 1, 2]

@@ -1,0 +1,191 @@
+"""Inside the commit's transaction: a batch's staged rows into the target, by INSERT, as any writer of the table.
+
+The target is the user's table (the contract is in the README, "The table is yours"). So the rows arrive the way
+any application's rows would: an INSERT takes ROW EXCLUSIVE, which no reader conflicts with, and it fires the
+table's triggers, feeds its publications and maintains its indexes. Nothing is copied outside the transaction
+that moves it, so a user's DELETE or UPDATE, or another job's rows, can never be lost or reverted.
+
+- The lock is taken first, waiting politely (`offsets_db.locks`): a colleague's CREATE INDEX or ALTER TABLE
+  delays the commit, never fails it.
+- A plain INSERT runs first, under a savepoint: when no key exists yet (the common case) it skips the per-row
+  conflict check of ON CONFLICT. A unique violation rolls back to the savepoint and the mode's statement runs:
+  `append-new` keeps the row whose key exists, `replace` keeps the newest version of each key
+  (`sink_options.VERSION_ORDERS`).
+- A row the table refuses (a CHECK, a foreign key or a unique index of the user's, a trigger that raises) would
+  fail the whole statement. The statement is then run again over halves of the stage's pages until the rows it
+  refuses are found one by one; those become dead letters with PostgreSQL's reason, and every other row lands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg2
+from psycopg2 import sql
+
+from connectors.postgres.copy import WRITE_ID
+from connectors.postgres.stage import Stage
+from connectors.postgres.target import Target, normal_type
+from offsets_db.locks import table_holders, wait_for_lock
+from streamfill.errors import SinkError
+
+log = logging.getLogger("streamfill.postgres_move")
+
+# what one row can cause: a data exception, an integrity violation, a trigger's RAISE EXCEPTION
+ROW_ERROR_CLASSES = ("22", "23")
+RAISED_BY_TRIGGER = "P0001"
+REFUSED = "the table refused the row: "  # how a refused row's dead letter reason begins
+
+
+@dataclass(frozen=True)
+class Moved:
+    rows: int  # rows inserted or replaced
+    refused: int  # rows the table refused: dead letters now (or left out, without dead letters)
+    whole: bool  # the plain INSERT took every valid staged row it was told of: the stage was not emptied
+
+
+def lock(cur, target: Target) -> float:
+    """The commit's lock on the target, ROW EXCLUSIVE, waited for as long as a conflicting holder keeps it;
+    returns the seconds waited."""
+    return wait_for_lock(cur, sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(target.ident),
+                         what=f"commit into {target.schema}.{target.table}",
+                         holders=table_holders(target.schema, target.table, "ROW EXCLUSIVE"))
+
+
+def move(cur, target: Target, stage: Stage, write_ids: Sequence[str], mode: str, version: Sequence[str],
+         valid_rows: int) -> Moved:
+    """Move the valid staged rows of these writes into the target (lock it first); `valid_rows` is how many
+    the tasks staged."""
+    statement = _Statements(target, stage, mode, tuple(version))
+    params = (list(write_ids),)
+    cur.execute("SAVEPOINT sf_move")
+    try:
+        cur.execute(statement.plain, params)
+        moved = cur.rowcount
+        cur.execute("RELEASE SAVEPOINT sf_move")
+        return Moved(moved, 0, whole=moved == valid_rows)
+    except psycopg2.errors.UniqueViolation:
+        cur.execute("ROLLBACK TO SAVEPOINT sf_move")
+    except psycopg2.Error as exc:
+        if not _row_error(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT sf_move")
+    cur.execute("SAVEPOINT sf_move")
+    try:
+        cur.execute(statement.merging(), params)
+        moved = cur.rowcount
+        cur.execute("RELEASE SAVEPOINT sf_move")
+        return Moved(moved, 0, whole=False)
+    except psycopg2.errors.CardinalityViolation:
+        raise SinkError(f"{target.schema}.{target.table}: rows of one write share a key ({', '.join(target.key)}) "
+                        "in mode replace, and nothing orders them (no Kafka timestamp, topic, partition and offset "
+                        "columns). Write each key once per write, or keep those columns") from None
+    except psycopg2.Error as exc:
+        if not _row_error(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT sf_move")
+    return _isolate(cur, statement, params, target, stage)
+
+
+def _row_error(exc: psycopg2.Error) -> bool:
+    code = exc.pgcode or ""
+    return code[:2] in ROW_ERROR_CLASSES or code == RAISED_BY_TRIGGER
+
+
+class _Statements:
+    """The move's two INSERTs over the stage, each with an optional extra condition on the stage's rows."""
+
+    def __init__(self, target: Target, stage: Stage, mode: str, version: tuple[str, ...]) -> None:
+        self._into = sql.SQL("INSERT INTO {} AS t ({}) ").format(
+            target.ident, sql.SQL(", ").join(map(sql.Identifier, target.names)))
+        self._columns = sql.SQL(", ").join(
+            sql.SQL("CAST({0} AS {1}) AS {0}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
+            if normal_type(c.stage_type) != normal_type(c.pg_type) else sql.Identifier(c.name)
+            for c in target.columns)
+        self._rows = sql.SQL("FROM {} WHERE {} = ANY(%s){}").format(
+            stage.ident, sql.Identifier(WRITE_ID), sql.SQL(" AND _error IS NULL" if stage.dead_letters else ""))
+        key = sql.SQL(", ").join(map(sql.Identifier, target.key))
+        others = [c for c in target.names if c not in target.key]
+        self._distinct, self._order = sql.SQL(""), sql.SQL("")
+        if mode == "replace" and others:
+            action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
+                sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others))
+            if version:
+                # one staged row per key, its newest version; a row already there is replaced by a version at
+                # least as new (the same record read again rewrites its row), or when it has no version
+                action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(
+                    sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(v)) for v in version),
+                    sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(v)) for v in version))
+                self._distinct = sql.SQL("DISTINCT ON ({}) ").format(key)
+                self._order = sql.SQL(" ORDER BY {}, {}").format(key, sql.SQL(", ").join(
+                    sql.SQL("{} DESC").format(sql.Identifier(v)) for v in version))
+        else:
+            action = sql.SQL("DO NOTHING")
+        self._conflict = sql.SQL(" ON CONFLICT ({}) {}").format(key, action)
+
+    @property
+    def plain(self) -> sql.Composable:
+        return self._into + sql.SQL("SELECT ") + self._columns + sql.SQL(" ") + self._rows
+
+    def merging(self, extra: sql.Composable = sql.SQL("")) -> sql.Composable:
+        return (self._into + sql.SQL("SELECT ") + self._distinct + self._columns + sql.SQL(" ") + self._rows + extra
+                + self._order + self._conflict)
+
+
+def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: Stage) -> Moved:
+    """Run the merging statement over halves of the stage's pages, then row by row within a page that fails,
+    so only the rows the table refuses are left out; each becomes a dead letter with PostgreSQL's reason."""
+    cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int + 1",
+                (stage.ident.as_string(cur),))
+    pages = cur.fetchone()[0]
+    between = sql.SQL(" AND ctid >= %s::tid AND ctid < %s::tid")
+    moved, refused = 0, []
+    pending = [(0, pages)]
+    while pending:
+        low, high = pending.pop()
+        done = _attempt(cur, statement.merging(between), (*params, f"({low},0)", f"({high},0)"))
+        if isinstance(done, int):
+            moved += done
+            continue
+        if high - low > 1:
+            middle = (low + high) // 2
+            pending.extend([(middle, high), (low, middle)])
+            continue
+        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s) AND ctid >= %s::tid AND ctid < %s::tid{}")
+                    .format(stage.ident, sql.Identifier(WRITE_ID),
+                            sql.SQL(" AND _error IS NULL" if stage.dead_letters else "")),
+                    (*params, f"({low},0)", f"({high},0)"))
+        for (tid,) in cur.fetchall():
+            one = _attempt(cur, statement.merging(sql.SQL(" AND ctid = %s::tid")), (*params, tid))
+            if isinstance(one, int):
+                moved += one
+            else:
+                refused.append((tid, one))
+    name = f"{target.schema}.{target.table}"
+    for tid, reason in refused:
+        if stage.dead_letters:
+            cur.execute(sql.SQL("UPDATE {s} AS s SET _error = %s, _raw = convert_to((to_jsonb(s) - %s - '_error' - "
+                                "'_raw')::text, 'UTF8') WHERE ctid = %s::tid").format(s=stage.ident),
+                        (REFUSED + reason, WRITE_ID, tid))
+    if refused:
+        log.warning("%s: the table refused %d row(s), %s; the first: %s", name, len(refused),
+                    "kept as dead letters" if stage.dead_letters else "left out (no dead letters)", refused[0][1])
+    return Moved(moved, len(refused), whole=False)
+
+
+def _attempt(cur, statement: sql.Composable, params: tuple) -> int | str:
+    """The rows the statement moved, or the reason a row error stopped it (rolled back)."""
+    cur.execute("SAVEPOINT sf_piece")
+    try:
+        cur.execute(statement, params)
+        moved = cur.rowcount
+        cur.execute("RELEASE SAVEPOINT sf_piece")
+        return moved
+    except psycopg2.Error as exc:
+        if not _row_error(exc):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT sf_piece")
+        detail = getattr(exc.diag, "message_detail", None)
+        return (exc.diag.message_primary or str(exc).strip()) + (f" ({detail})" if detail else "")

@@ -1,0 +1,180 @@
+"""Every option of the `streamfill_postgres` sink, parsed and validated once, on the driver, before it connects.
+
+Plain Python over the option strings and the DataFrame's column names: no Spark, no database. What a batch
+does with them (the table's checks, the stage, the commit) lives beside it in `target`, `stage` and `move`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from streamfill.errors import OptionError
+from streamfill.names import parse_table, validate_job_name
+from streamfill.partitions import Positions, from_json_shape
+
+MODES = ("append-new", "replace")
+DEFAULT_KEY = ("topic", "partition", "offset")
+# with dead letters on, these columns are staged but never reach the target: a non-null _error makes the row
+# a dead letter (offsets_db.dead_letters) carrying _raw, the record's original value
+DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
+# Which version of a key wins in mode replace: the record with the later Kafka timestamp, and on equal
+# timestamps the higher (topic, partition, offset). A total order, so the row a key ends with does not depend
+# on the order batches, jobs or replays commit in; and it holds when a key's records move to another Kafka
+# partition (partitions added to a topic), where offsets of different partitions say nothing about time.
+# A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp.
+VERSION_ORDERS = (("kafka_timestamp", "topic", "partition", "offset"), ("timestamp", "topic", "partition", "offset"))
+
+# the PostgreSQL types a `columnTypes` option may name (they are written into CREATE TABLE as they are)
+_PG_TYPE = re.compile(r"text|integer|bigint|smallint|real|double precision|numeric\(\d{1,2}, ?\d{1,2}\)|boolean|date|"
+                      r"timestamptz|timestamp|jsonb|bytea")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    schema: str | None  # None: the first schema of the connection's search_path
+    table: str
+    mode: str  # one of MODES
+    key: tuple[str, ...]  # the unique key rows are kept once by
+    version: tuple[str, ...]  # mode replace: the columns that order a key's versions (VERSION_ORDERS), or none
+    job: str | None  # with a job, a batch's rows, dead letters and offsets commit in one transaction
+    dead_letters: bool  # rows with a non-null _error go to offsets_db's dead_letters, not the table
+    evolve: bool  # an existing table gains the columns it lacks (a pipeline's table)
+    column_types: Mapping[str, str] = field(default_factory=dict)  # columnTypes: declared PostgreSQL types
+    generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
+    ends: Positions | None = None  # endingOffsets: the commit takes the batch planned to end there
+    url: str | None = None  # None: STREAMFILL_DB_URL
+
+    @property
+    def staged_only(self) -> tuple[str, ...]:
+        """Columns staged for the commit that never reach the table."""
+        return tuple(n for n, _ in DEAD_LETTER_COLUMNS) if self.dead_letters else ()
+
+
+def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool, writing: bool = True) -> SinkOptions:
+    """Validate every option against the DataFrame's `columns`; raise OptionError naming the option, the value
+    and the fix. `writing` is False for the check a job makes before it starts (`prepare_table`), which needs no
+    hold on the job yet."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    schema, table = parse_table(opts.get("table"))
+    mode = parse_mode(opts.get("mode"))
+    job = opts.get("job")
+    if job is not None:
+        validate_job_name(job)
+    dead_letters = _bool(opts, "deadLetters")
+    if dead_letters:
+        missing = [n for n in (*(n for n, _ in DEAD_LETTER_COLUMNS), "topic", "partition", "offset")
+                   if n not in columns]
+        if job is None or missing:
+            raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
+                              f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
+                              f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
+    written = [c for c in columns if not (dead_letters and c in dict(DEAD_LETTER_COLUMNS))]
+    key = parse_key(opts.get("keycolumns"), written)
+    version = version_order(written) if mode == "replace" else ()
+    if mode == "replace" and job is not None and not version:
+        raise OptionError("mode", "replace", "needs Kafka's timestamp, topic, partition and offset columns in the "
+                          "DataFrame to tell which version of a key is the newest (the later Kafka timestamp wins, "
+                          "then the higher topic, partition and offset)",
+                          "Keep the columns kafka_timestamp (or timestamp), topic, partition and offset")
+    generation = _generation(opts, job)
+    if job is not None and generation is None and not streaming and writing:
+        raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
+                          "could not tell this write's batch from another launch's", "Take the job first and pass "
+                          "its generation to the read and the write (connectors.spark.hold_job), or run it as "
+                          "`streamfill backfill`")
+    if job is None and streaming:
+        raise OptionError("job", None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
+                          "with the job's offsets)", "Give the source and the sink the same .option('job', NAME)")
+    return SinkOptions(schema=schema, table=table, mode=mode, key=key, version=version, job=job,
+                       dead_letters=dead_letters, evolve=_bool(opts, "evolveSchema"),
+                       column_types=_column_types(opts.get("columntypes"), written), generation=generation,
+                       ends=_ending_offsets(opts, job, streaming), url=opts.get("url") or None)
+
+
+def parse_mode(raw: str | None) -> str:
+    mode = (raw or MODES[0]).strip().lower()
+    if mode not in MODES:
+        raise OptionError("mode", raw, "is not a sink mode",
+                          "Use append-new (keep rows whose key exists) or replace (upsert)")
+    return mode
+
+
+def parse_key(raw: str | None, columns: Sequence[str]) -> tuple[str, ...]:
+    key = tuple(c.strip() for c in raw.split(",") if c.strip()) if raw else DEFAULT_KEY
+    missing = [c for c in key if c not in columns]
+    if missing:
+        if raw:
+            raise OptionError("keyColumns", raw, f"column(s) {', '.join(missing)} are not in the DataFrame "
+                              f"(columns: {', '.join(columns)})", "Name columns that exist")
+        raise OptionError("keyColumns", raw, f"the DataFrame has no {', '.join(missing)} column(s) for the default "
+                          "unique key (topic, partition, offset)",
+                          "Keep those columns or set keyColumns, e.g. .option('keyColumns', 'event_id')")
+    return key
+
+
+def version_order(columns: Sequence[str]) -> tuple[str, ...]:
+    """The first of VERSION_ORDERS whose columns the rows all have; () when they have none of them."""
+    return next((order for order in VERSION_ORDERS if set(order) <= set(columns)), ())
+
+
+def _generation(opts: dict, job: str | None) -> int | None:
+    raw = opts.get("jobgeneration")
+    if raw is None:
+        return None
+    if job is None or not raw.isdigit() or int(raw) < 1:
+        raise OptionError("jobGeneration", raw, "must be a positive whole number, with the job option",
+                          "Leave it out (the source holds the job), or pass the generation of the launch's lease")
+    return int(raw)
+
+
+def _ending_offsets(opts: dict, job: str | None, streaming: bool) -> Positions | None:
+    """`endingOffsets` of a bounded write with a job: {"topic": {"0": 123}}, the ends its read was given. The
+    commit takes the batch planned to end exactly there, so a launch may plan its next batch before this one
+    commits (without it, the commit takes the job's newest planned batch)."""
+    raw = opts.get("endingoffsets")
+    if raw is None:
+        return None
+    fix = 'Give the ends the read was given, as {"topic": {"0": 123}}, with the job option, on a df.write'
+    if job is None or streaming:
+        raise OptionError("endingOffsets", raw, "is for a bounded write with a job", fix)
+    try:
+        ends = from_json_shape(json.loads(raw))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise OptionError("endingOffsets", raw, "is not a JSON object of topics, partitions and offsets",
+                          fix) from None
+    if not ends or any(tp.partition < 0 or end < 0 for tp, end in ends.items()):
+        raise OptionError("endingOffsets", raw, "needs at least one partition, with offsets of 0 or more", fix)
+    return ends
+
+
+def _column_types(raw: str | None, names: Sequence[str]) -> dict[str, str]:
+    """`columnTypes`: JSON {column: PostgreSQL type} for columns whose Spark type alone does not say (json text
+    kept as jsonb, a declared numeric(p,s))."""
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError("columnTypes", raw, f"is not valid JSON ({exc.msg})",
+                          'Write it as {"meta": "jsonb"}') from None
+    if not isinstance(parsed, dict):
+        raise OptionError("columnTypes", raw, "must map column names to types", 'Write it as {"meta": "jsonb"}')
+    for name, pg in parsed.items():
+        if name not in names:
+            raise OptionError("columnTypes", raw, f"column {name!r} is not in the DataFrame",
+                              f"Name columns that exist ({', '.join(names)})")
+        if not isinstance(pg, str) or not _PG_TYPE.fullmatch(pg):
+            raise OptionError("columnTypes", raw, f"type {pg!r} of column {name} is not one the sink writes",
+                              "Use text, integer, bigint, double precision, numeric(p,s), boolean, date, timestamptz, "
+                              "jsonb or bytea")
+    return parsed
+
+
+def _bool(opts: dict, name: str) -> bool:
+    raw = str(opts.get(name.lower(), "false")).lower()
+    if raw not in ("true", "false"):
+        raise OptionError(name, opts[name.lower()], "is not a boolean", "Use true or false")
+    return raw == "true"

@@ -1,0 +1,139 @@
+"""The staging table: where a batch's tasks COPY their rows before the commit moves them into the target.
+
+One per (target, owner, column shape): a stream's job writes its batches one after another into one, a single
+write (a backfill chunk, a df.write) has one of its own. UNLOGGED for speed: a crash of PostgreSQL empties it,
+and the commit's count of staged rows catches that. Its comment says whose it is, so the stage of a write whose
+driver died is dropped by a later write (`sweep_orphans`), never one a live launch may still commit.
+Identifiers are quoted with psycopg2.sql; values are bound parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg2.errors
+from psycopg2 import sql
+
+from connectors.postgres.copy import WRITE_ID
+from connectors.postgres.sink_options import DEAD_LETTER_COLUMNS
+from connectors.postgres.target import Target, existing_columns, normal_type
+
+log = logging.getLogger("streamfill.postgres_stage")
+
+STAGE_PREFIX = "_sf_stage_"
+KINDS = ("stream", "write")  # a stream job's stage (kept); a single write's (dropped after its commit)
+
+
+@dataclass(frozen=True)
+class Stage:
+    schema: str
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, type) as binary COPY writes them, the write id last
+    dead_letters: bool
+
+    @property
+    def ident(self) -> sql.Composable:
+        return sql.Identifier(self.schema, self.name)
+
+    @property
+    def names(self) -> list[str]:
+        """The columns a task COPYs, in order, without the write id (copy.encode appends it)."""
+        return [n for n, _ in self.columns if n != WRITE_ID]
+
+
+def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
+    digest = hashlib.sha1(f"{schema}.{table}|{owner}|{shape}".encode()).hexdigest()[:16]
+    return f"{STAGE_PREFIX}{table[:30]}_{digest}"
+
+
+def stage_for(target: Target, owner: str, dead_letters: bool) -> Stage:
+    """The stage of `owner` (a stream's job name, or a single write's own id) for the target's columns."""
+    columns = (*((c.name, c.stage_type) for c in target.columns), *(DEAD_LETTER_COLUMNS if dead_letters else ()),
+               (WRITE_ID, "text"))
+    shape = ",".join(f"{c.name}:{c.pg_type}:{c.stage_type}" for c in target.columns) + (
+        "|dead-letters" if dead_letters else "")
+    return Stage(target.schema, stage_name(target.schema, target.table, owner, shape), columns, dead_letters)
+
+
+def create(conn, stage: Stage, target: Target, kind: str, sweep_after_s: float, job: str | None = None,
+           generation: int | None = None) -> None:
+    """Create the stage (its columns typed as binary COPY writes them, `Column.stage_type`) after sweeping the
+    schema's orphans. The comment names the target, the kind, the job and generation of a job's write, and
+    when it was made."""
+    with conn.cursor() as cur:
+        sweep_orphans(cur, stage.schema, sweep_after_s)
+        staged = existing_columns(cur, stage.schema, stage.name)
+        if staged and [(n, normal_type(t)) for n, t in staged.items()] != [(n, normal_type(t))
+                                                                           for n, t in stage.columns]:
+            # a stage made by an older version (it copied the table's types) is replaced
+            cur.execute(sql.SQL("DROP TABLE {}").format(stage.ident))
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(
+            stage.ident, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                                            for n, t in stage.columns)))
+        about = {"streamfill_stage": kind, "target": f"{target.schema}.{target.table}", "created": time.time()}
+        if job is not None and generation is not None:
+            about.update(job=job, generation=generation)
+        cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(stage.ident, sql.Literal(json.dumps(about))))
+    conn.commit()
+
+
+def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
+    """Drop the schema's stages of single writes (kind `write`) whose driver died: made more than
+    `older_than_s` ago and, for a job's write, whose launch no longer holds the job (a live launch may still
+    commit its stage, however old). A stream's stage is never swept, nor one another session is using."""
+    from offsets_db.fencing import launch_alive
+
+    cur.execute("""
+        SELECT c.relname::text, obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE %s""",
+                (schema, STAGE_PREFIX.replace("_", r"\_") + "%"))
+    dropped = []
+    for name, comment in cur.fetchall():
+        try:
+            about = json.loads(comment or "{}")
+        except ValueError:
+            continue
+        if about.get("streamfill_stage") != "write" or time.time() - float(about.get("created", 0)) < older_than_s:
+            continue
+        if "job" in about and launch_alive(cur, str(about["job"]), int(about["generation"])):
+            continue
+        cur.execute("SAVEPOINT sf_sweep")
+        try:
+            cur.execute("SET LOCAL lock_timeout = '1s'")
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+            cur.execute("RELEASE SAVEPOINT sf_sweep")
+            dropped.append(name)
+        except psycopg2.errors.LockNotAvailable:
+            cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
+    if dropped:
+        log.warning("schema %s: dropped %d staging table(s) of writes whose driver died: %s", schema, len(dropped),
+                    ", ".join(dropped))
+    return dropped
+
+
+def count(cur, stage: Stage, write_ids: Sequence[str]) -> int:
+    """Rows staged under these writes (valid rows and dead letters alike)."""
+    cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} = ANY(%s)").format(stage.ident, sql.Identifier(WRITE_ID)),
+                (list(write_ids),))
+    return cur.fetchone()[0]
+
+
+def discard(cur, stage: Stage, write_ids: Sequence[str] | None = None) -> None:
+    """Remove staged rows: the named writes, or every staged row of the stage."""
+    if write_ids is None:
+        # TRUNCATE, not DELETE: a stage of millions of dead rows would slow every later COPY and move. It waits
+        # for a straggling task attempt's COPY to finish; batches of one job never overlap otherwise.
+        cur.execute(sql.SQL("TRUNCATE {}").format(stage.ident))
+    else:
+        cur.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(stage.ident, sql.Identifier(WRITE_ID)),
+                    (list(write_ids),))
+
+
+def drop(cur, stage: Stage) -> None:
+    cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage.ident))

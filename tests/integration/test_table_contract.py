@@ -1,0 +1,579 @@
+"""The table belongs to its users (README, "The table is yours"): while streamfill writes a table, its users
+read it for as long as they like, delete and update rows, point other jobs at it, add triggers, publications and
+indexes, or create it themselves. Each test is one such use against real PostgreSQL (and Kafka and Spark where
+the use goes through them). The sink-level tests drive the sink's own steps without Spark, as its tasks and
+driver do: plan the write, stage each Kafka partition's rows, commit. Tests that break things (concurrent users
+of the table) end with every offset accounted for once: rows + rows the user deleted + dead letters = offsets
+consumed, per partition, nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg2
+import psycopg2.errors
+import pyarrow as pa
+import pytest
+from sqlalchemy import create_engine, text
+
+from app.stack.postgres import admin_url
+from connectors.spark import hold_job, postgres_sink
+from connectors.spark.postgres_sink import dsn
+from offsets_db.exactly_once import PlannedRange
+from offsets_db.store import OffsetStore
+from streamfill.errors import SinkError
+from tests.integration.test_exactly_once import REPO
+from tests.kafka_helpers import create_topic, end_offsets, produce
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+
+
+# the sink's own steps, as its tasks and driver take them
+
+def _schema(dead_letters: bool = False):
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType, BinaryType
+
+    fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
+              StructField("k", StringType()), StructField("v", StringType())]
+    if dead_letters:
+        fields += [StructField("_error", StringType()), StructField("_raw", BinaryType())]
+    return StructType(fields)
+
+
+def sink(url: str, table: str, job: str, generation: int, ends: dict | None = None, dead_letters: bool = False,
+         **options):
+    """The sink's plan of one bounded write of `job` (what Spark asks of it on the driver)."""
+    opts = {"table": table, "job": job, "jobGeneration": str(generation), "url": url,
+            "deadLetters": str(dead_letters).lower(), **options}
+    if ends is not None:
+        opts["endingOffsets"] = json.dumps(ends)
+    return postgres_sink._plan(opts, _schema(dead_letters), False, streaming=False)
+
+
+def rows(topic: str, partition: int, start: int, end: int, *, keys=None, values=None, stamps=None,
+         errors=None) -> pa.RecordBatch:
+    n = end - start
+    data = {"topic": [topic] * n, "partition": pa.array([partition] * n, pa.int32()),
+            "offset": pa.array(range(start, end), pa.int64()),
+            "kafka_timestamp": pa.array(stamps or [T0 + timedelta(milliseconds=o) for o in range(start, end)],
+                                        pa.timestamp("us", tz="UTC")),
+            "k": keys or [f"k{partition}-{o}" for o in range(start, end)],
+            "v": values or [f"v{o}" for o in range(start, end)]}
+    if errors is not None:
+        data["_error"] = pa.array(errors, pa.string())
+        data["_raw"] = pa.array([None if e is None else b"raw" for e in errors], pa.binary())
+    return pa.record_batch(data)
+
+
+def write_batch(url: str, store: OffsetStore, job: str, generation: int, table: str,
+                batches: dict[tuple[str, int], pa.RecordBatch | tuple[int, int]], dead_letters: bool = False,
+                **options) -> None:
+    """One batch of `job`: its plan recorded, each Kafka partition's rows staged by a task of its own, then the
+    driver's commit (abort on failure). A value (start, end) stands for rows() of that range."""
+    staged = {tp: (b if isinstance(b, pa.RecordBatch) else
+                   rows(tp[0], tp[1], *b, errors=[None] * (b[1] - b[0]) if dead_letters else None))
+              for tp, b in batches.items()}
+    ranges = [PlannedRange(t, p, b.column("offset")[0].as_py(), b.column("offset")[-1].as_py() + 1)
+              for (t, p), b in staged.items()]
+    store.record_planned(job, ranges, generation=generation)
+    ends = {}
+    for r in ranges:
+        ends.setdefault(r.topic, {})[str(r.partition)] = r.end
+    plan = sink(url, table, job, generation, ends, dead_letters, **options)
+    messages = [postgres_sink._stage(plan, iter([b])) for b in staged.values()]
+    try:
+        postgres_sink._commit(plan, messages, None)
+    except BaseException:
+        postgres_sink._abort(plan, messages)
+        raise
+
+
+def held(url: str, job: str):
+    """`job` in offsets_db, held by this test as a launch would hold it."""
+    store = OffsetStore(url)
+    store.ensure_job(job, "backfill")
+    return store, store.hold(job)
+
+
+def query(url: str, sql: str, **params) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params)]
+    finally:
+        engine.dispose()
+
+
+def accounted_once(url: str, table: str, jobs: list[str], consumed: dict[tuple[str, int], int],
+                   deleted: set[tuple[str, int, int]]) -> None:
+    """Per (topic, partition): rows + rows the user deleted + dead letters = offsets consumed, no offset twice,
+    and no row the user deleted is back."""
+    have = query(url, f'SELECT topic, partition, "offset" FROM "{table}"')
+    dead = query(url, 'SELECT d.topic, d.partition, d."offset" FROM dead_letters d JOIN jobs j ON j.id = d.job_id '
+                      "WHERE j.name = ANY(:jobs)", jobs=jobs)
+    back = deleted & set(have)
+    assert not back, f"{len(back)} rows the user deleted are back, e.g. {sorted(back)[:5]}"
+    seen = [*have, *deleted, *dead]
+    assert len(seen) == len(set(seen)), f"{len(seen) - len(set(seen))} offsets landed twice"
+    per: dict[tuple[str, int], int] = {}
+    for t, p, _ in seen:
+        per[(t, p)] = per.get((t, p), 0) + 1
+    assert per == consumed, f"rows + deleted + dead letters per partition {per} != offsets consumed {consumed}"
+
+
+def wait_until_idle(url: str, table: str, timeout: float = 120) -> None:
+    """Until no other session runs a statement on `table` (whatever a commit set off has ended)."""
+    deadline = time.monotonic() + timeout
+    while query(url, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+                     "AND query ILIKE :t", t=f"%{table}%")[0][0]:
+        assert time.monotonic() < deadline, f"statements on {table} still running after {timeout} s"
+        time.sleep(0.2)
+
+
+class Probe(threading.Thread):
+    """A dashboard's short query on the table every half second, with lock_timeout 1s: a query that would wait
+    longer than about a second behind a lock fails, which the contract forbids. Records the worst wait."""
+
+    def __init__(self, url: str, table: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.table = url, table
+        self.stop, self.worst, self.queries, self.refused = threading.Event(), 0.0, 0, []
+
+    def run(self) -> None:
+        conn = psycopg2.connect(dsn(self.url), options="-c lock_timeout=1s")
+        conn.autocommit = True
+        try:
+            while not self.stop.wait(0.5):
+                started = time.monotonic()
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{self.table}" LIMIT 10) s')
+                        cur.fetchone()
+                    self.queries += 1
+                except psycopg2.errors.LockNotAvailable as exc:
+                    self.refused.append(str(exc).strip())
+                except psycopg2.errors.UndefinedTable:
+                    pass
+                self.worst = max(self.worst, time.monotonic() - started)
+        finally:
+            conn.close()
+
+
+class Deleter(threading.Thread):
+    """A user deleting rows (an erasure request, a correction) every `every` seconds: a few of each Kafka
+    partition's committed rows at random; remembers what it deleted."""
+
+    def __init__(self, url: str, table: str, partitions: list[tuple[str, int]], every: float = 0.02,
+                 per_round: int = 20) -> None:
+        super().__init__(daemon=True)
+        self.url, self.table, self.partitions, self.every, self.per_round = url, table, partitions, every, per_round
+        self.stop, self.deleted = threading.Event(), set()
+
+    def run(self) -> None:
+        conn = psycopg2.connect(dsn(self.url))
+        conn.autocommit = True
+        rng = random.Random(7)
+        try:
+            with conn.cursor() as cur:
+                while not self.stop.wait(self.every):
+                    for topic, partition in self.partitions:
+                        try:
+                            cur.execute(f'SELECT max("offset") FROM "{self.table}" WHERE topic = %s AND '
+                                        'partition = %s', (topic, partition))
+                        except psycopg2.errors.UndefinedTable:
+                            break
+                        top = cur.fetchone()[0]
+                        if top is None:
+                            continue
+                        offsets = [rng.randrange(top + 1) for _ in range(self.per_round)]
+                        cur.execute(f'DELETE FROM "{self.table}" WHERE topic = %s AND partition = %s AND '
+                                    '"offset" = ANY(%s) RETURNING topic, partition, "offset"',
+                                    (topic, partition, offsets))
+                        self.deleted.update(tuple(r) for r in cur.fetchall())
+        finally:
+            conn.close()
+
+
+# 1. a user's DELETE between a copy and a swap
+
+@pytest.mark.fault
+def test_rows_a_user_deletes_while_batches_commit_stay_deleted(stack_settings, topic_name):
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-del", f"{topic_name}_del"
+    store, lease = held(url, job)
+    deleter = Deleter(url, table, [(topic_name, 0), (topic_name, 1)])
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 10_000),
+                                                               (topic_name, 1): (0, 10_000)})
+        deleter.start()
+        for n in range(1, 10):  # batches of 10,000 rows per Kafka partition, deletes all along
+            write_batch(url, store, job, lease.generation, table, {(topic_name, p): (n * 10_000, (n + 1) * 10_000)
+                                                                   for p in (0, 1)})
+        wait_until_idle(url, table)
+    finally:
+        deleter.stop.set()
+        deleter.join(30)
+        lease.release()
+    wait_until_idle(url, table)
+    assert len(deleter.deleted) > 100, "the user deleted rows all along"
+    accounted_once(url, table, [job], {(topic_name, 0): 100_000, (topic_name, 1): 100_000}, deleter.deleted)
+
+
+# 2. readers never fail a commit nor wait behind one; a lock held longer than lock_timeout delays, never fails
+
+@pytest.mark.fault
+def test_commits_go_on_while_a_reader_holds_the_table_and_wait_out_a_users_lock_without_failing(
+        stack_settings, topic_name, monkeypatch):
+    monkeypatch.setenv("STREAMFILL_PG_LOCK_TIMEOUT", "2s")
+    url = f"{stack_settings.offsets_db_url}?application_name={topic_name}"  # a connection pool of its own
+    job, table = f"{topic_name}-rd", f"{topic_name}_rd"
+    store, lease = held(url, job)
+    probe = Probe(url, table)
+    analyst = psycopg2.connect(dsn(url))  # REPEATABLE READ, as a report that must see one state would
+    analyst.set_session(isolation_level="REPEATABLE READ")
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, p): (0, 10_000) for p in (0, 1)})
+        with analyst.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{table}"')  # holds ACCESS SHARE until it ends
+            before = cur.fetchone()[0]
+        probe.start()
+        for n in range(1, 4):
+            write_batch(url, store, job, lease.generation, table, {(topic_name, p): (n * 10_000, (n + 1) * 10_000)
+                                                                   for p in (0, 1)})
+        with analyst.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{table}"')
+            assert cur.fetchone()[0] == before == 20_000, "the report's snapshot shows one state throughout"
+        assert analyst.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_INTRANS, \
+            "three batches committed while the report held the table"
+        analyst.rollback()
+
+        # a colleague's CREATE INDEX (SHARE lock) for longer than the commit's lock_timeout of 2 s
+        colleague = psycopg2.connect(dsn(url))
+        with colleague.cursor() as cur:
+            cur.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
+        threading.Timer(6, colleague.commit).start()
+        write_batch(url, store, job, lease.generation, table, {(topic_name, p): (40_000, 50_000) for p in (0, 1)})
+        assert colleague.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE, \
+            "the commit waited for the lock, then committed"
+        colleague.close()
+    finally:
+        probe.stop.set()
+        probe.join(30)
+        analyst.close()
+        lease.release()
+    print(f"the probe's worst wait: {probe.worst:.3f} s over {probe.queries} queries")
+    assert probe.queries > 0 and not probe.refused, f"a reader waited behind a commit: {probe.refused[:3]}"
+    accounted_once(url, table, [job], {(topic_name, 0): 50_000, (topic_name, 1): 50_000}, set())
+
+
+# 3. the table stays one piece: nothing grows with it, nothing scans it under a lock
+
+def test_a_table_the_sink_creates_is_one_plain_table_whatever_its_batches_are(stack_settings, topic_name):
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-one", f"{topic_name}_one"
+    store, lease = held(url, job)
+    try:
+        start = 0
+        for size in (10, 15_000, 10, 20_000, 10):  # small batches and large ones
+            write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (start, start + size)})
+            start += size
+    finally:
+        lease.release()
+    shape = query(url, "SELECT c.relkind, (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid) "
+                       "FROM pg_class c WHERE c.oid = to_regclass(:t)", t=f'"{table}"')
+    assert shape == [("r", 0)], f"a plain table with no partitions and no default partition, not {shape}"
+    assert query(url, f'SELECT count(*) FROM "{table}"') == [(35_030,)]
+
+
+# 4. mode replace: which version of a key wins holds when the key moves to another Kafka partition
+
+def test_replace_keeps_a_keys_newest_version_when_its_records_move_to_a_partition_added_later(
+        spark, bootstrap, topic_name, db):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    from pyspark.sql import functions as F
+
+    def write(job: str, subscription: tuple[str, str] = ("subscribe", topic_name)) -> None:
+        with hold_job(job) as generation:
+            df = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option(*subscription).option("job", job).option("jobGeneration", generation).load()
+                  .select("topic", "partition", "offset", "timestamp",
+                          F.get_json_object(F.col("value").cast("string"), "$.k").alias("k"),
+                          F.get_json_object(F.col("value").cast("string"), "$.v").alias("v")))
+            (df.write.format("streamfill_postgres").mode("append").option("table", table).option("job", job)
+             .option("jobGeneration", generation).option("keyColumns", "k").option("mode", "replace").save())
+
+    table = f"{topic_name}_latest"
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [{"value": json.dumps({"k": f"other{i}", "v": "x"}).encode(), "partition": 0}
+                                    for i in range(300)] + [{"value": b'{"k": "K", "v": "old"}', "partition": 0}])
+    write(f"{topic_name}-a")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic_name, 2)])[topic_name].result(30)
+    produce(bootstrap, topic_name, [{"value": b'{"k": "K", "v": "new"}', "partition": 1}])  # offset 0 there
+    write(f"{topic_name}-b", ("assign", json.dumps({topic_name: [1]})))
+    with db.connect() as conn:
+        assert conn.execute(text(f"SELECT v, partition, \"offset\" FROM \"{table}\" WHERE k = 'K'")).one() == \
+            ("new", 1, 0), "the newer record wins though its offset (0, on partition 1) is lower than 300"
+    write(f"{topic_name}-replay")  # another job reads both partitions again: nothing goes back
+    with db.connect() as conn:
+        assert conn.execute(text(f"SELECT v FROM \"{table}\" WHERE k = 'K'")).scalar() == "new"
+        assert conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar() == 301
+
+
+# 5. two tables whose names share a long prefix
+
+def test_tables_whose_names_share_48_characters_each_keep_their_own_rows(spark, db, topic_name):
+    prefix = f"{topic_name}_{'p' * 45}"[:50]
+    tables = [f"{prefix}_one", f"{prefix}_two"]
+    for n, table in enumerate(tables):
+        df = spark.createDataFrame([("t", 0, o, f"{table}-{o}") for o in range(100 * n, 100 * n + 50)],
+                                   "topic string, partition int, offset long, v string")
+        df.write.format("streamfill_postgres").mode("append").option("table", table).save()
+    with db.connect() as conn:
+        for n, table in enumerate(tables):
+            got = conn.execute(text(f'SELECT min("offset"), max("offset"), count(*), min(v) FROM "{table}"')).one()
+            assert got == (100 * n, 100 * n + 49, 50, f"{table}-{100 * n}")
+
+
+# 6. a table the user created, partitioned their own way
+
+def test_a_users_table_partitioned_by_list_takes_rows_and_one_without_a_default_partition_is_refused_at_launch(
+        stack_settings, topic_name):
+    url = stack_settings.offsets_db_url
+    job, table, other = f"{topic_name}-list", f"{topic_name}_list", f"{topic_name}_bypart"
+    columns = 'topic text, "partition" integer, "offset" bigint, kafka_timestamp timestamptz, k text, v text'
+    with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{table}" ({columns}, UNIQUE (topic, "partition", "offset")) '
+                    "PARTITION BY LIST (topic)")
+        cur.execute(f"CREATE TABLE \"{table}_mine\" PARTITION OF \"{table}\" FOR VALUES IN ('{topic_name}')")
+        cur.execute(f'CREATE TABLE "{table}_rest" PARTITION OF "{table}" DEFAULT')
+        cur.execute(f'CREATE TABLE "{other}" ({columns}, UNIQUE (topic, "partition", "offset")) '
+                    'PARTITION BY LIST ("partition")')  # a Kafka partition added later would have nowhere to go
+        cur.execute(f'CREATE TABLE "{other}_0" PARTITION OF "{other}" FOR VALUES IN (0)')
+    store, lease = held(url, job)
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, p): (0, 12_000) for p in (0, 1)})
+        with pytest.raises(SinkError) as refused:
+            sink(url, other, job, lease.generation)
+    finally:
+        lease.release()
+    assert query(url, f'SELECT count(*) FROM "{table}_mine"') == [(24_000,)], "the rows are in the user's partition"
+    assert f"table public.{other} is partitioned, and {other} has no default partition" in str(refused.value)
+    assert f'CREATE TABLE "public"."{other}_default" PARTITION OF {other} DEFAULT' in str(refused.value)
+
+
+# 7. what the user attached to the table: triggers and a publication see every row
+
+def test_a_trigger_and_a_publication_the_user_added_see_every_row(stack_settings, topic_name):
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-cdc", f"{topic_name}_cdc"
+    store, lease = held(url, job)
+    admin = psycopg2.connect(dsn(admin_url(stack_settings, stack_settings.db_name)))
+    admin.autocommit = True
+    slot = f"sf_{topic_name}"
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 100)})  # the sink creates it
+        with admin.cursor() as cur:  # then a user adds an audit trigger, a publication and a subscriber's slot
+            cur.execute(f'CREATE TABLE "{table}_audit" (n bigint)')
+            cur.execute(f'CREATE FUNCTION "{table}_count"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+                        f'INSERT INTO "{table}_audit" VALUES (1); RETURN NEW; END $$ SECURITY DEFINER')
+            cur.execute(f'CREATE TRIGGER counted AFTER INSERT ON "{table}" FOR EACH ROW EXECUTE FUNCTION '
+                        f'"{table}_count"()')
+            cur.execute(f'CREATE PUBLICATION "{slot}" FOR TABLE "{table}"')
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', true)", (slot,))
+        write_batch(url, store, job, lease.generation, table, {(topic_name, p): (100, 12_100) for p in (0, 1)})
+        with admin.cursor() as cur:
+            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                        "'publication_names', %s)", (slot, slot))
+            messages = [bytes(r[0]) for r in cur.fetchall()]
+            cur.execute("SELECT %s::regclass::oid", (f'"{table}"',))
+            oid = cur.fetchone()[0]
+            cur.execute(f'SELECT count(*) FROM "{table}_audit"')
+            audited = cur.fetchone()[0]
+    finally:
+        lease.release()
+        with admin.cursor() as cur:  # what the user added, the user removes (the slot is temporary)
+            cur.execute(f'DROP PUBLICATION IF EXISTS "{slot}"')
+            cur.execute(f'DROP FUNCTION IF EXISTS "{table}_count"() CASCADE')
+            cur.execute(f'DROP TABLE IF EXISTS "{table}_audit"')
+        admin.close()
+    inserts = sum(1 for m in messages if m[:1] == b"I" and struct.unpack("!I", m[1:5])[0] == oid)
+    assert audited == 24_000, f"the trigger fired for {audited} of the 24,000 rows"
+    assert inserts == 24_000, f"the publication carried {inserts} of the 24,000 rows"
+
+
+# rows the user's own constraints refuse are dead letters, the rest lands
+
+def test_rows_the_users_constraints_refuse_become_dead_letters_with_the_reason_and_the_rest_lands(
+        stack_settings, topic_name):
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-own", f"{topic_name}_own"
+    store, lease = held(url, job)
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 10)}, dead_letters=True)
+        with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+            cur.execute(f'CREATE UNIQUE INDEX ON "{table}" (k)')  # the user says k is unique
+            cur.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT short_v CHECK (length(v) < 6)')
+            cur.execute(f'ALTER TABLE "{table}" ADD COLUMN note text NOT NULL DEFAULT \'-\'')
+        keys = [f"k{i}" for i in range(10, 5010)]
+        keys[100] = "k0-3"  # already in the table
+        keys[200] = keys[201]  # twice in the batch
+        values = [f"v{i}" for i in range(10, 5010)]
+        values[300] = "toolong"
+        errors = [None] * 5000
+        errors[400] = "amount: not a number"  # a dead letter of the parse
+        batch = rows(topic_name, 0, 10, 5010, keys=keys, values=values, errors=errors)
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): batch}, dead_letters=True)
+        with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+            cur.execute(f'ALTER TABLE "{table}" ADD COLUMN required text NOT NULL DEFAULT \'x\'')
+            cur.execute(f'ALTER TABLE "{table}" ALTER COLUMN required DROP DEFAULT')
+        with pytest.raises(SinkError, match=rf"column\(s\) required may not be null and have no default.*DROP NOT "
+                                            "NULL"):
+            sink(url, table, job, lease.generation, dead_letters=True)
+    finally:
+        lease.release()
+    reasons = dict(query(url, 'SELECT d."offset", d.error FROM dead_letters d JOIN jobs j ON j.id = d.job_id '
+                              "WHERE j.name = :j", j=job))
+    assert set(reasons) == {110, 211, 310, 410}, reasons
+    assert reasons[410] == "amount: not a number"
+    assert reasons[110].startswith("the table refused the row: duplicate key value violates unique constraint")
+    assert "check constraint \"short_v\"" in reasons[310]
+    accounted_once(url, table, [job], {(topic_name, 0): 5010}, set())
+
+
+# 8. the sweep of a dead driver's stage never takes a live write's
+
+def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_settings, topic_name, monkeypatch):
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-sw", f"{topic_name}_sw"
+    store, lease = held(url, job)
+    try:
+        store.record_planned(job, [PlannedRange(topic_name, p, 0, 12_000) for p in (0, 1)],
+                             generation=lease.generation)
+        plan = sink(url, table, job, lease.generation, {topic_name: {"0": 12_000, "1": 12_000}})
+        staged = [postgres_sink._stage(plan, iter([rows(topic_name, p, 0, 12_000)])) for p in (0, 1)]
+        # between its tasks and its commit, another write into the schema sweeps stages older than 1 ms
+        monkeypatch.setenv("STREAMFILL_PG_STAGE_ORPHAN_AFTER_S", "0.001")
+        time.sleep(0.01)  # the stage is now older than that
+        other, other_lease = held(url, f"{job}-other")
+        try:
+            sink(url, f"{table}_other", f"{job}-other", other_lease.generation)
+        finally:
+            other_lease.release()
+        postgres_sink._commit(plan, staged, None)
+    finally:
+        lease.release()
+    accounted_once(url, table, [job], {(topic_name, 0): 12_000, (topic_name, 1): 12_000}, set())
+    # once its launch has ended, the same stage is an orphan: the next write's sweep drops it
+    with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE UNLOGGED TABLE "{plan.stage.name}" (x int)')
+        cur.execute(f'COMMENT ON TABLE "{plan.stage.name}" IS %s', (json.dumps(
+            {"streamfill_stage": "write", "created": 0, "job": job, "generation": lease.generation}),))
+    other, other_lease = held(url, f"{job}-other")
+    try:
+        sink(url, f"{table}_other", f"{job}-other", other_lease.generation)
+    finally:
+        other_lease.release()
+    assert query(url, "SELECT to_regclass(:s) IS NULL", s=f'"{plan.stage.name}"') == [(True,)]
+
+
+# the whole scenario, as users would have it
+
+def _jobs_file(path: Path, table: str, topics: dict[str, str]) -> Path:
+    from spark_jobs.pipelines.jobs_file import jobs_file
+    import yaml
+
+    orders = yaml.safe_load(jobs_file().read_text())["jobs"]["orders"]
+    entries = {}
+    for name, topic in topics.items():
+        entry = {k: v for k, v in orders.items() if k not in ("interval_table", "schedule", "quality_schedule",
+                                                               "health", "quality")}
+        entries[name] = {**entry, "topic": topic, "table": table, "max_offsets_per_trigger": 50_000}
+    path.write_text(yaml.safe_dump({"jobs": entries}))
+    return path
+
+
+@pytest.mark.fault
+def test_two_jobs_stream_into_one_table_while_its_users_read_hold_probe_and_delete_it(
+        stack_settings, bootstrap, topic_name, tmp_path):
+    """Two streams of large batches (a topic each) into one table, with STREAMFILL_PG_LOCK_TIMEOUT=5s. Once
+    the first rows are in, an analyst's transaction holds the table for longer than that, a dashboard probes it
+    every half second and a user deletes rows: both streams exit 0, every offset is accounted for once, no
+    deleted row is back, and the dashboard never waited behind a commit."""
+    from spark_jobs.demo.produce import produce as produce_events
+
+    url = stack_settings.offsets_db_url
+    table = f"{topic_name}_shared"
+    topics = {f"{topic_name}_a": f"{topic_name}_a", f"{topic_name}_b": f"{topic_name}_b"}
+    for n, topic in enumerate(topics.values()):
+        create_topic(bootstrap, topic, 2)
+        produce_events(bootstrap, topic, 200_000, bad_ratio=0.01, seed=n)
+    jobs = _jobs_file(tmp_path / "jobs.yaml", table, topics)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
+           "STREAMFILL_JOBS_FILE": str(jobs), "STREAMFILL_PG_LOCK_TIMEOUT": "5s", "COLUMNS": "250"}
+    streams = [subprocess.Popen([sys.executable, "-m", "app.cli", "stream", "--job", name, "--trigger",
+                                 "available-now", "--checkpoint", str(tmp_path / name)], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+               for name in topics]
+    probe = Probe(url, table)
+    deleter = Deleter(url, table, [(t, p) for t in topics.values() for p in (0, 1)], every=0.5, per_round=5)
+    analyst = psycopg2.connect(dsn(url))
+    release = None
+    try:
+        deadline = time.monotonic() + 300
+        while not (query(url, "SELECT to_regclass(:t) IS NOT NULL", t=f'"{table}"')[0][0]
+                   and query(url, f'SELECT EXISTS (SELECT FROM "{table}")')[0][0]):
+            assert time.monotonic() < deadline and all(s.poll() is None for s in streams), "no rows arrived"
+            time.sleep(0.2)
+        with analyst.cursor() as cur:  # holds ACCESS SHARE on the table for 12 s, longer than lock_timeout
+            cur.execute(f'SELECT now() FROM "{table}" LIMIT 1')
+            held_from = cur.fetchone()[0]
+        held_until = []
+
+        def end_hold() -> None:
+            held_until.append(query(url, "SELECT clock_timestamp()")[0][0])
+            analyst.rollback()
+
+        release = threading.Timer(12, end_hold)
+        release.start()
+        probe.start()
+        deleter.start()
+        outputs = [s.communicate(timeout=600)[0] for s in streams]
+    finally:
+        probe.stop.set()
+        deleter.stop.set()
+        for s in streams:
+            if s.poll() is None:
+                os.killpg(s.pid, 9)
+        if release is not None:
+            release.cancel()
+            release.join(30)
+    if not held_until:  # the streams ended while the analyst still held the table
+        held_until.append(query(url, "SELECT clock_timestamp()")[0][0])
+    probe.join(30)
+    deleter.join(30)
+    analyst.close()
+    print(f"the dashboard's worst wait: {probe.worst:.3f} s over {probe.queries} queries; "
+          f"{len(deleter.deleted)} rows deleted by the user")
+    for s, out in zip(streams, outputs):
+        assert s.returncode == 0, out[-3000:]
+    assert not probe.refused, f"the dashboard waited behind a commit: {probe.refused[:3]}"
+    assert query(url, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = ANY(:jobs) "
+                      "AND b.committed_at BETWEEN :a AND :b", jobs=list(topics), a=held_from, b=held_until[0])[0][0], \
+        "batches committed while the analyst held the table"
+    assert deleter.deleted, "the user deleted rows while the streams ran"
+    consumed = {(t, p): n for t in topics.values() for p, n in end_offsets(bootstrap, t).items()}
+    accounted_once(url, table, list(topics), consumed, deleter.deleted)
