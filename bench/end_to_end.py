@@ -150,10 +150,16 @@ def add_topic_args(ap: argparse.ArgumentParser) -> None:
 
 
 def drop_tables(engine, tables: list[str]) -> None:
-    """The benchmark's tables, once it ends; then the engine is disposed."""
+    """The benchmark's tables and the staging tables streams keep beside them, once it ends; then the engine
+    is disposed."""
+    from connectors.postgres.stage import STAGE_PREFIX
+
     with engine.begin() as conn:
         for t in tables:
             conn.execute(text(f'DROP TABLE IF EXISTS "{t}" CASCADE'))
+            for (stage,) in conn.execute(text("SELECT relname::text FROM pg_class WHERE relkind = 'r' AND relname "
+                                              "LIKE :p"), {"p": f"{STAGE_PREFIX}{t[:30]}_%".replace("_", r"\_")}):
+                conn.execute(text(f'DROP TABLE IF EXISTS "{stage}"'))
     engine.dispose()
 
 

@@ -104,8 +104,7 @@ class _Statements:
             sql.SQL("CAST({0} AS {1}) AS {0}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
             if normal_type(c.stage_type) != normal_type(c.pg_type) else sql.Identifier(c.name)
             for c in target.columns)
-        self._rows = sql.SQL("FROM {} WHERE {} = ANY(%s){}").format(
-            stage.ident, sql.Identifier(WRITE_ID), sql.SQL(" AND _error IS NULL" if stage.dead_letters else ""))
+        self._rows = sql.SQL("FROM {} WHERE {} = ANY(%s)").format(stage.ident, sql.Identifier(WRITE_ID))
         key = sql.SQL(", ").join(map(sql.Identifier, target.key))
         others = [c for c in target.names if c not in target.key]
         self._distinct, self._order = sql.SQL(""), sql.SQL("")
@@ -153,10 +152,8 @@ def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: 
             middle = (low + high) // 2
             pending.extend([(middle, high), (low, middle)])
             continue
-        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s) AND ctid >= %s::tid AND ctid < %s::tid{}")
-                    .format(stage.ident, sql.Identifier(WRITE_ID),
-                            sql.SQL(" AND _error IS NULL" if stage.dead_letters else "")),
-                    (*params, f"({low},0)", f"({high},0)"))
+        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s) AND ctid >= %s::tid AND ctid < %s::tid")
+                    .format(stage.ident, sql.Identifier(WRITE_ID)), (*params, f"({low},0)", f"({high},0)"))
         for (tid,) in cur.fetchall():
             one = _attempt(cur, statement.merging(sql.SQL(" AND ctid = %s::tid")), (*params, tid))
             if isinstance(one, int):
@@ -166,9 +163,10 @@ def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: 
     name = f"{target.schema}.{target.table}"
     for tid, reason in refused:
         if stage.dead_letters:
-            cur.execute(sql.SQL("UPDATE {s} AS s SET _error = %s, _raw = convert_to((to_jsonb(s) - %s - '_error' - "
-                                "'_raw')::text, 'UTF8') WHERE ctid = %s::tid").format(s=stage.ident),
-                        (REFUSED + reason, WRITE_ID, tid))
+            cur.execute(sql.SQL('INSERT INTO {d} (topic, "partition", "offset", _error, _raw, {w}) SELECT topic, '
+                                '"partition", "offset", %s, convert_to((to_jsonb(s) - %s)::text, \'UTF8\'), {w} '
+                                "FROM {s} AS s WHERE ctid = %s::tid").format(
+                d=stage.dead_ident, s=stage.ident, w=sql.Identifier(WRITE_ID)), (REFUSED + reason, WRITE_ID, tid))
     if refused:
         log.warning("%s: the table refused %d row(s), %s; the first: %s", name, len(refused),
                     "kept as dead letters" if stage.dead_letters else "left out (no dead letters)", refused[0][1])

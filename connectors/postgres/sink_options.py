@@ -16,7 +16,8 @@ from streamfill.names import parse_table, validate_job_name
 from streamfill.partitions import Positions, from_json_shape
 
 MODES = ("append-new", "replace")
-DEFAULT_KEY = ("topic", "partition", "offset")
+KAFKA_COORDINATES = ("topic", "partition", "offset")
+DEFAULT_KEY = KAFKA_COORDINATES
 # with dead letters on, these columns are staged but never reach the target: a non-null _error makes the row
 # a dead letter (offsets_db.dead_letters) carrying _raw, the record's original value
 DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
@@ -65,8 +66,7 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
         validate_job_name(job)
     dead_letters = _bool(opts, "deadLetters")
     if dead_letters:
-        missing = [n for n in (*(n for n, _ in DEAD_LETTER_COLUMNS), "topic", "partition", "offset")
-                   if n not in columns]
+        missing = [n for n in (*(n for n, _ in DEAD_LETTER_COLUMNS), *KAFKA_COORDINATES) if n not in columns]
         if job is None or missing:
             raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
                               f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "

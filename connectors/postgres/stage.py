@@ -20,30 +20,50 @@ import psycopg2.errors
 from psycopg2 import sql
 
 from connectors.postgres.copy import WRITE_ID
-from connectors.postgres.sink_options import DEAD_LETTER_COLUMNS
+from connectors.postgres.sink_options import DEAD_LETTER_COLUMNS, KAFKA_COORDINATES
 from connectors.postgres.target import Target, existing_columns, normal_type
 
 log = logging.getLogger("streamfill.postgres_stage")
 
 STAGE_PREFIX = "_sf_stage_"
-KINDS = ("stream", "write")  # a stream job's stage (kept); a single write's (dropped after its commit)
+STREAM, WRITE = "stream", "write"  # a stream job's stage (kept, emptied); a single write's (dropped after it)
 
 
 @dataclass(frozen=True)
 class Stage:
+    """A write's two staging tables: its valid rows, in the target's columns, and (with dead letters on) its
+    dead letters, apart, so neither the commit's insert nor its move of dead letters reads the other's rows."""
+
     schema: str
     name: str
     columns: tuple[tuple[str, str], ...]  # (name, type) as binary COPY writes them, the write id last
     dead_letters: bool
+    dead_columns: tuple[tuple[str, str], ...] = ()  # the dead letters' table: Kafka coordinates, _error, _raw
 
     @property
     def ident(self) -> sql.Composable:
         return sql.Identifier(self.schema, self.name)
 
     @property
+    def dead_name(self) -> str:
+        return f"{self.name}_d"
+
+    @property
+    def dead_ident(self) -> sql.Composable:
+        return sql.Identifier(self.schema, self.dead_name)
+
+    @property
     def names(self) -> list[str]:
         """The columns a task COPYs, in order, without the write id (copy.encode appends it)."""
         return [n for n, _ in self.columns if n != WRITE_ID]
+
+    @property
+    def dead_names(self) -> list[str]:
+        return [n for n, _ in self.dead_columns if n != WRITE_ID]
+
+    @property
+    def tables(self) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+        return [(self.name, self.columns)] + ([(self.dead_name, self.dead_columns)] if self.dead_letters else [])
 
 
 def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
@@ -53,32 +73,37 @@ def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
 
 def stage_for(target: Target, owner: str, dead_letters: bool) -> Stage:
     """The stage of `owner` (a stream's job name, or a single write's own id) for the target's columns."""
-    columns = (*((c.name, c.stage_type) for c in target.columns), *(DEAD_LETTER_COLUMNS if dead_letters else ()),
-               (WRITE_ID, "text"))
+    columns = (*((c.name, c.stage_type) for c in target.columns), (WRITE_ID, "text"))
+    types = dict(columns)
+    dead = (*((n, types[n]) for n in KAFKA_COORDINATES), *DEAD_LETTER_COLUMNS, (WRITE_ID, "text")) \
+        if dead_letters else ()
     shape = ",".join(f"{c.name}:{c.pg_type}:{c.stage_type}" for c in target.columns) + (
         "|dead-letters" if dead_letters else "")
-    return Stage(target.schema, stage_name(target.schema, target.table, owner, shape), columns, dead_letters)
+    return Stage(target.schema, stage_name(target.schema, target.table, owner, shape), columns, dead_letters, dead)
 
 
 def create(conn, stage: Stage, target: Target, kind: str, sweep_after_s: float, job: str | None = None,
            generation: int | None = None) -> None:
-    """Create the stage (its columns typed as binary COPY writes them, `Column.stage_type`) after sweeping the
-    schema's orphans. The comment names the target, the kind, the job and generation of a job's write, and
-    when it was made."""
+    """Create the stage's tables (their columns typed as binary COPY writes them, `Column.stage_type`) after
+    sweeping the schema's orphans. Each one's comment names the target, the kind, the job and generation of a
+    job's write, and when it was made."""
+    about = {"streamfill_stage": kind, "target": f"{target.schema}.{target.table}", "created": time.time()}
+    if job is not None and generation is not None:
+        about.update(job=job, generation=generation)
     with conn.cursor() as cur:
         sweep_orphans(cur, stage.schema, sweep_after_s)
-        staged = existing_columns(cur, stage.schema, stage.name)
-        if staged and [(n, normal_type(t)) for n, t in staged.items()] != [(n, normal_type(t))
-                                                                           for n, t in stage.columns]:
-            # a stage made by an older version (it copied the table's types) is replaced
-            cur.execute(sql.SQL("DROP TABLE {}").format(stage.ident))
-        cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(
-            stage.ident, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
-                                            for n, t in stage.columns)))
-        about = {"streamfill_stage": kind, "target": f"{target.schema}.{target.table}", "created": time.time()}
-        if job is not None and generation is not None:
-            about.update(job=job, generation=generation)
-        cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(stage.ident, sql.Literal(json.dumps(about))))
+        for name, columns in stage.tables:
+            ident = sql.Identifier(stage.schema, name)
+            staged = existing_columns(cur, stage.schema, name)
+            if staged and [(n, normal_type(t)) for n, t in staged.items()] != [(n, normal_type(t))
+                                                                               for n, t in columns]:
+                # a stage made by an older version (other columns) is replaced
+                cur.execute(sql.SQL("DROP TABLE {}").format(ident))
+            # truncated after every commit: statistics and autovacuum would only compete with the commits
+            cur.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({}) WITH (autovacuum_enabled = false)")
+                        .format(ident, sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                                                          for n, t in columns)))
+            cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(ident, sql.Literal(json.dumps(about))))
     conn.commit()
 
 
@@ -99,7 +124,7 @@ def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
             about = json.loads(comment or "{}")
         except ValueError:
             continue
-        if about.get("streamfill_stage") != "write" or time.time() - float(about.get("created", 0)) < older_than_s:
+        if about.get("streamfill_stage") != WRITE or time.time() - float(about.get("created", 0)) < older_than_s:
             continue
         if "job" in about and launch_alive(cur, str(about["job"]), int(about["generation"])):
             continue
@@ -119,21 +144,27 @@ def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
 
 def count(cur, stage: Stage, write_ids: Sequence[str]) -> int:
     """Rows staged under these writes (valid rows and dead letters alike)."""
-    cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} = ANY(%s)").format(stage.ident, sql.Identifier(WRITE_ID)),
-                (list(write_ids),))
-    return cur.fetchone()[0]
+    total = 0
+    for name, _ in stage.tables:
+        cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} = ANY(%s)").format(
+            sql.Identifier(stage.schema, name), sql.Identifier(WRITE_ID)), (list(write_ids),))
+        total += cur.fetchone()[0]
+    return total
 
 
 def discard(cur, stage: Stage, write_ids: Sequence[str] | None = None) -> None:
     """Remove staged rows: the named writes, or every staged row of the stage."""
-    if write_ids is None:
-        # TRUNCATE, not DELETE: a stage of millions of dead rows would slow every later COPY and move. It waits
-        # for a straggling task attempt's COPY to finish; batches of one job never overlap otherwise.
-        cur.execute(sql.SQL("TRUNCATE {}").format(stage.ident))
-    else:
-        cur.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(stage.ident, sql.Identifier(WRITE_ID)),
-                    (list(write_ids),))
+    for name, _ in stage.tables:
+        ident = sql.Identifier(stage.schema, name)
+        if write_ids is None:
+            # TRUNCATE, not DELETE: a stage of millions of dead rows would slow every later COPY and move. It
+            # waits for a straggling task attempt's COPY to finish; batches of one job never overlap otherwise.
+            cur.execute(sql.SQL("TRUNCATE {}").format(ident))
+        else:
+            cur.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(ident, sql.Identifier(WRITE_ID)),
+                        (list(write_ids),))
 
 
 def drop(cur, stage: Stage) -> None:
-    cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage.ident))
+    for name, _ in stage.tables:
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(stage.schema, name)))

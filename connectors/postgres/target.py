@@ -46,6 +46,19 @@ class Target:
         return [c.name for c in self.columns]
 
 
+# types whose values have one width: an index compares them without walking the tuple
+_FIXED_WIDTH = {"smallint", "integer", "bigint", "real", "double precision", "boolean", "date", "timestamp",
+                "timestamptz"}
+
+
+def index_order(target: Target) -> list[str]:
+    """The key's columns as the unique index of a table the sink creates lists them: fixed-width ones first.
+    Uniqueness and ON CONFLICT do not depend on the order, and each insert's comparisons then seldom reach a
+    text column (PostgreSQL compares index columns after a text one by walking the tuple)."""
+    types = {c.name: normal_type(c.pg_type) for c in target.columns}
+    return sorted(target.key, key=lambda k: types.get(k) not in _FIXED_WIDTH)
+
+
 def schema_or_current(cur, schema: str | None) -> str:
     """The schema a table name gave, or the one an unqualified name resolves to (search_path's first)."""
     if schema is not None:
@@ -74,7 +87,7 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
             definition = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
                                             for c in columns)
             cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, UNIQUE ({}))").format(
-                target.ident, definition, sql.SQL(", ").join(map(sql.Identifier, key))))
+                target.ident, definition, sql.SQL(", ").join(map(sql.Identifier, index_order(target)))))
         else:
             _check_existing(cur, target, existing, evolve)
     conn.commit()

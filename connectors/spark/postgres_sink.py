@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # the driver's and the commit's side (SQLAlchemy, offsets_db)
 
 log = logging.getLogger("streamfill.postgres_sink")
 
+DEAD_LETTERS_IN_MEMORY = 16 * 2**20  # a task's dead letters wait in memory until its rows are in, up to this
+
 
 def dsn(url: str) -> str:
     """libpq's form of a SQLAlchemy URL."""
@@ -136,7 +138,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         tgt = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve)
         stg = stage.stage_for(tgt, owner, opts.dead_letters)
         if stage_it:
-            stage.create(conn, stg, tgt, "write" if own_stage else "stream", PgSettings().stage_orphan_after_s,
+            stage.create(conn, stg, tgt, stage.WRITE if own_stage else stage.STREAM, PgSettings().stage_orphan_after_s,
                          opts.job, opts.generation)
     finally:
         kept.release(conn)
@@ -156,35 +158,67 @@ def _require_offsets_db(conn, url: str) -> None:
 
 
 def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
-    """One task attempt under a fresh write id: every row into the staging table, by one binary COPY."""
+    """One task attempt under a fresh write id: its valid rows into the stage by one binary COPY, its dead
+    letters (few) into the stage's dead-letter table after them."""
     worker_gc.settle()
     write_id = uuid.uuid4().hex
     seen = {"rows": 0, "dead": 0}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    dead: list[pa.RecordBatch] = []
+    stg = plan.stage
 
-    def counted() -> Iterator[pa.RecordBatch]:
+    def valid() -> Iterator[pa.RecordBatch]:
         for batch in batches:
+            if not batch.num_rows:
+                continue
             seen["rows"] += batch.num_rows
-            if plan.stage.dead_letters and batch.num_rows:
-                seen["dead"] += pc.sum(pc.is_valid(batch.column("_error"))).as_py() or 0
-            if plan.ranged and batch.num_rows:
+            if plan.ranged:
                 _widen(offsets, batch)
+            if not stg.dead_letters:
+                yield batch
+                continue
+            bad = pc.is_valid(batch.column("_error"))
+            if pc.any(bad).as_py():
+                letters = batch.filter(bad)
+                seen["dead"] += letters.num_rows
+                dead.append(letters)
+                batch = batch.filter(pc.invert(bad))
             yield batch
 
-    stg = plan.stage
     conn = plan.connect()
+    spill = None  # a second connection, for dead letters that would not fit in memory until the rows are in
     try:
+        def valid_spilling() -> Iterator[pa.RecordBatch]:
+            nonlocal spill
+            for batch in valid():
+                yield batch
+                if sum(d.nbytes for d in dead) > DEAD_LETTERS_IN_MEMORY:
+                    spill = spill or plan.connect()
+                    with spill.cursor() as cur:
+                        _copy(cur, stg.dead_ident, stg.dead_names, iter(dead), write_id)
+                    dead.clear()
+
         with conn.cursor() as cur:
-            chunks = copy.encode(counted(), stg.names, write_id)
-            first = next(chunks, None)
-            if first is not None:
-                cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)").format(
-                    stg.ident, sql.SQL(", ").join(map(sql.Identifier, [*stg.names, copy.WRITE_ID]))),
-                    copy.CopySource(itertools.chain([first], chunks)))
+            _copy(cur, stg.ident, stg.names, valid_spilling(), write_id)
+            _copy(cur, stg.dead_ident, stg.dead_names, iter(dead), write_id)
+        if spill is not None:
+            spill.commit()
         conn.commit()
     finally:
         kept.release(conn)
+        if spill is not None:
+            kept.release(spill)
     return StagedWrite(write_id, seen["rows"], offsets, seen["dead"])
+
+
+def _copy(cur, table: sql.Composable, names: list[str], batches: Iterator[pa.RecordBatch], write_id: str) -> None:
+    """The batches' `names` columns and the write id into `table`, by one binary COPY (none without rows)."""
+    chunks = copy.encode(batches, names, write_id)
+    first = next(chunks, None)
+    if first is not None:
+        cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)").format(
+            table, sql.SQL(", ").join(map(sql.Identifier, [*names, copy.WRITE_ID]))),
+            copy.CopySource(itertools.chain([first], chunks)))
 
 
 def _widen(offsets: dict[tuple[str, int], tuple[int, int]], batch: pa.RecordBatch) -> None:
@@ -217,7 +251,8 @@ class _Staged:
     def dead_letters(self) -> StagedDeadLetters | None:
         from offsets_db.exactly_once import StagedDeadLetters
 
-        return StagedDeadLetters(self.plan.stage.ident, self.write_ids) if self.plan.stage.dead_letters else None
+        return StagedDeadLetters(self.plan.stage.dead_ident, self.write_ids) if self.plan.stage.dead_letters \
+            else None
 
     @property
     def offsets(self) -> dict[TopicPartition, tuple[int, int]]:
@@ -237,8 +272,8 @@ class _Staged:
         if valid:
             move.lock(cur, plan.target)
             moved = move.move(cur, plan.target, plan.stage, self.write_ids, opts.mode, opts.version, valid)
-        if not moved.whole:
-            expected = sum(w.rows for w in self.writes)
+        if not moved.whole:  # rows the table refused were copied to the dead letters' table meanwhile
+            expected = sum(w.rows for w in self.writes) + (moved.refused if plan.stage.dead_letters else 0)
             found = stage.count(cur, plan.stage, self.write_ids)
             if found != expected:
                 raise SinkError(f"{plan.target.schema}.{plan.target.table}: {found:,} staged rows found where the "
