@@ -88,7 +88,7 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
             made = {t for _, _, t in jobs if t} | set(conn.scalars(text(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND ("
                 "tablename = ANY(:names) OR split_part(tablename, '_', 1) || '_' || split_part(tablename, '_', 2) "
-                "= ANY(:names) OR tablename LIKE '\\_sf\\_stage\\_t\\_%' OR tablename LIKE '\\_sf\\_part\\_t\\_%')"),
+                "= ANY(:names) OR tablename LIKE '\\_sf\\_stage\\_t\\_%')"),
                 {"names": names}))
             for table in sorted(made):
                 if TEST_NAME.match(table) or table.startswith("_sf_stage_t_"):

@@ -11,12 +11,16 @@ if TYPE_CHECKING:
 
 
 def register(spark: SparkSession) -> None:
-    """Make `streamfill_kafka` and `streamfill_postgres` available to this session's readers and writers."""
+    """Make `streamfill_kafka` and `streamfill_postgres` available to this session's readers and writers, and
+    make it the calling thread's active session: a streaming writer looks Python data sources up in the thread's
+    active session, which in a new thread can be a streaming query's clone made before the registration (a
+    foreachBatch query's, say) or none."""
     from connectors.spark.postgres_sink import PostgresSink
     from connectors.spark.source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(PostgresSink)
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 @contextmanager

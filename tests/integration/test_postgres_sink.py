@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
+import time
 import uuid
 from decimal import Decimal
 
@@ -15,7 +17,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from sqlalchemy import text
 
-from connectors.spark import hold_job
+from connectors.spark import hold_job, register
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -95,6 +97,33 @@ def test_values_survive_the_trip_through_copy(spark, db):
     assert got[0][7] == [{"key": "h", "value": "ff"}]
     assert got[1] == (None,) * 8, "nulls stay nulls, and an empty string stays an empty string"
     assert types["t"] == "timestamp with time zone" and types["h"] == "jsonb" and types["b"] == "bytea"
+
+
+def test_a_stream_started_in_a_thread_of_its_own_after_a_foreach_batch_query_finds_the_sink(spark, tmp_path):
+    """A streaming writer looks a Python data source up in its thread's active session; in a new thread after a
+    foreachBatch query that was a clone without streamfill's sources (DATA_SOURCE_NOT_FOUND)."""
+    batches: list[int] = []
+    other = (spark.readStream.format("rate").load().writeStream.foreachBatch(lambda df, i: batches.append(i))
+             .option("checkpointLocation", str(tmp_path / "other")).start())
+    deadline = time.monotonic() + 120
+    while not batches:
+        assert time.monotonic() < deadline, "the foreachBatch query ran no batch in 120 s"
+        time.sleep(0.2)
+    other.stop()
+    errors: list[Exception] = []
+
+    def start_ours() -> None:
+        try:
+            register(spark)
+            (spark.readStream.format("rate").load().writeStream.format("streamfill_postgres")
+             .option("checkpointLocation", str(tmp_path / "ours")).start().stop())
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    thread = threading.Thread(target=start_ours)
+    thread.start()
+    thread.join(120)
+    assert errors == []
 
 
 @pytest.mark.parametrize("options, expected", [
