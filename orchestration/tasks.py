@@ -24,8 +24,10 @@ from sqlalchemy import URL
 
 from offsets_db import queries
 from offsets_db.engine import make_engine
+from spark_jobs import class_archive
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
+from streamfill.settings import get_settings
 
 log = logging.getLogger("streamfill.orchestration")
 
@@ -95,6 +97,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
            "--conf", "spark.ui.showConsoleProgress=false", str(REPO_ROOT / "spark_jobs" / script), *args]
     env = {**os.environ, **ends.env(), **(extra_env or {}), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    env = class_archive.with_archive(env, get_settings().home)
     log.info("running %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, preexec_fn=_die_with_parent)

@@ -7,6 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import class_archive
 from streamfill import failpoints
 from streamfill.settings import Settings, get_settings
 
@@ -22,6 +23,7 @@ def spark_session(app_name: str, settings: Settings | None = None,
     builder = SparkSession.builder
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master decides
         builder = builder.master(settings.spark_master)
+        os.environ.update(class_archive.with_archive(dict(os.environ), settings.home))  # the JVM starts here
     builder = (builder.appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")

@@ -53,10 +53,13 @@ def topic_name() -> str:
 
 @pytest.fixture(scope="session")
 def spark(stack_settings: Settings):
-    """One local SparkSession for the run, with streamfill's data sources registered."""
+    """One local SparkSession for the run, with streamfill's data sources registered; its JVM starts as every
+    launch's does, with the class archive `stack up` builds (built here when the stack was already up)."""
+    from app.stack.spark import Spark
     from connectors.spark import register
     from spark_jobs.session import spark_session
 
+    Spark(stack_settings).prepare()
     session = spark_session("streamfill-tests", stack_settings, {
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopTimeout": "30s"})

@@ -97,6 +97,8 @@ def up(settings: Settings, say: Say = print) -> list[Status]:
             _start(svc, all_services, say)
             changed = True
         say(f"{svc.name}: up")
+        if isinstance(svc, Spark):
+            say(f"spark: {svc.prepare()}")
         if isinstance(svc, Postgres):
             if svc not in stopped:  # start() did this for a server it started
                 for line in svc.secure():

@@ -93,6 +93,15 @@ def test_up_twice_changes_nothing_and_status_shows_four_healthy_services(stack_s
     assert "login admin at" in status.stdout
 
 
+def test_the_drivers_jvm_maps_the_class_archive_stack_up_built(spark, stack_settings):
+    from spark_jobs.class_archive import archive_path
+
+    path = archive_path(stack_settings.home)
+    assert path is not None and path.is_file(), f"no class archive at {path}"
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    assert str(path) in Path(f"/proc/{pid}/maps").read_text(), "the driver's JVM loaded its classes itself"
+
+
 def test_a_service_that_died_is_shown_down_with_its_log_and_up_restarts_only_it(stack_settings):
     kafka = Kafka(stack_settings)
     airflow_pid = read_pid(stack_settings.home / "run" / "airflow.pid")

@@ -37,3 +37,20 @@ def test_a_port_in_use_names_port_service_and_setting(tmp_path):
     msg = str(err.value)
     assert str(port) in msg and "kafka" in msg and "STREAMFILL_KAFKA_PORT" in msg
     assert port_free("127.0.0.1", port)
+
+
+def test_launches_get_the_class_archive_only_once_it_exists_and_keep_their_own_jvm_options(tmp_path):
+    from spark_jobs import class_archive
+
+    path = class_archive.archive_path(tmp_path)
+    if path is None:
+        pytest.skip("no java or PySpark here")
+    env = {"SPARK_SUBMIT_OPTS": "-Dmine=1"}
+    assert class_archive.with_archive(env, tmp_path) == env, "no archive yet: the launch is as before"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    opts = class_archive.with_archive(env, tmp_path)["SPARK_SUBMIT_OPTS"].split()
+    assert opts[0] == "-Dmine=1" and f"-XX:SharedArchiveFile={path}" in opts
+    own = {"SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/elsewhere.jsa"}
+    assert class_archive.with_archive(own, tmp_path) == own, "an archive the user names stays theirs"
+    assert path.parent == tmp_path / "spark" and path.name.startswith("driver-classes-")
