@@ -1,6 +1,7 @@
 """The exactly-once protocol, in one place: plan, pending batch, commit, resume.
 
-0. fencing (`offsets_db.fencing`, design §8): one launch holds a job at a time; every plan and commit below
+0. fencing (`offsets_db.fencing`, README, "One launch of a job at a time"): one launch holds a job at a time; every
+   plan and commit below
    carries its launch's generation and is refused, in its own transaction, when that launch lost the job.
 1. plan: the source records each planned range before any task reads it (`record_plan`); planning the same
    ranges again (a replay) returns the same batch, and Spark's start is checked against the job's snapshot.
@@ -220,7 +221,8 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
                      f"(generation {last.generation}, now {current}); its rows are dropped and the holder plans "
                      "the batch again")
     if ends is not None or s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
-        # the batch starts where the job stands (design §3), but where data loss moved its start
+        # the batch starts where the job stands (README, "Exactly-once into Postgres"), but where data loss moved
+        # its start
         lost = {tuple(r) for r in s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
                                             .where(DataLossEvent.batch_id == last.id))}
         begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items() if (tp.topic, tp.partition) not in lost}

@@ -1,4 +1,5 @@
-"""Who may write a job (design §8): one launch at a time, checked in the transaction of every plan and commit.
+"""Who may write a job (README, "One launch of a job at a time"): one launch at a time, checked in the transaction
+of every plan and commit.
 
 A launch takes its job with `acquire`: a session-level advisory lock on a connection it keeps for its whole
 life (a crash, a kill or a lost connection ends the session and frees the job), and a new generation in

@@ -51,7 +51,8 @@ class OffsetStore:
 
     def hold(self, job: str, *, wait_s: float = 0, wait_hint: str = "",
              on_wait: Callable[[Holder], None] | None = None) -> Lease:
-        """Take the job for this launch (design §8): JobBusy names the launch holding it, unless it ends within
+        """Take the job for this launch (README, "One launch of a job at a time"): JobBusy names the launch holding
+        it, unless it ends within
         `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
         with Session(self.engine) as s:
             jid = job_id(s, job)

@@ -89,7 +89,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     The job runs in its own process group. When Airflow stops the task (SIGTERM, then SIGKILL 5 s later from
     its task supervisor), the whole group gets SIGTERM and, STOP_GRACE_S later, SIGKILL: inside Airflow's kill
     window, so nothing keeps running after its task. Should the task process die first, the kernel kills
-    spark-submit with it (PR_SET_PDEATHSIG). A survivor could not write anyway: its job is fenced (design §8).
+    spark-submit with it (PR_SET_PDEATHSIG). A survivor could not write anyway: its job is fenced.
     A non-zero exit fails the task.
     """
     bin_dir = Path(sys.executable).parent

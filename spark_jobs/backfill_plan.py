@@ -55,7 +55,8 @@ class Window:
 def resolve_window(topic: str, partitions: int | None, watermarks: Watermarks, offsets_for_times: OffsetsForTimes,
                    frm: OffsetSpec, to: OffsetSpec, now_ms: int, *, raw_from: str, raw_to: str,
                    known_topics: list[str] = ()) -> Window:
-    """Concrete ranges, or an OptionError naming the flag, the value and the fix (design §2's data-loss rules
+    """Concrete ranges, or an OptionError naming the flag, the value and the fix (the data-loss rules of README
+    "Guarantees"
     included: a backfill refuses offsets that retention already deleted)."""
     if partitions is None:
         close = [t for t in known_topics if not t.startswith("_")][:10]

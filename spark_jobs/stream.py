@@ -111,7 +111,7 @@ def parse_trigger(raw: str) -> dict:
 def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: int | None = None):
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
     here, so a mismatch is refused before anything is read or recorded. `generation` is this launch's hold on
-    the job: its plans and commits carry it (design §8)."""
+    the job: its plans and commits carry it."""
     from connectors.spark import register
     from connectors.spark.postgres_sink import prepare_table
 

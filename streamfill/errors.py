@@ -76,7 +76,8 @@ class ForeignCheckpoint(CheckpointMismatch):
 
 
 class JobBusy(ProtocolError):
-    """Another launch holds the job (design §8); the message names it: run id, host, pid and for how long."""
+    """Another launch holds the job (README, "One launch of a job at a time"); the message names it: run id, host,
+    pid and for how long."""
 
 
 class Fenced(ProtocolError):

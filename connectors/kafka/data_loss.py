@@ -1,4 +1,5 @@
-"""The data-loss rules (design §2): what counts as lost, and whether to fail or record and go on."""
+"""The data-loss rules (README, "Guarantees": data loss): what counts as lost, and whether to fail or record and go
+on."""
 
 from __future__ import annotations
 

@@ -51,7 +51,8 @@ class SourceOptions:
     job: str | None = None  # records every planned range in offsets_db under this job name
     commit_to_group: str | None = None  # Kafka consumer group that mirrors the job's committed offsets
     offsets_db_url: str = ""  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL)
-    job_generation: int | None = None  # the launch's hold on the job (design §8); None: the source takes it
+    job_generation: int | None = None  # the launch's hold on the job (README, "One launch of a job at a time");
+    # None: the source takes it
     wait_for_job_ms: int = 0  # how long to wait for another launch holding the job (waitForJob)
     json_columns: JsonColumns | None = None  # jsonColumns: the value typed in the read where that is certain
 

@@ -1,8 +1,8 @@
 """Arrow batches to COPY ... FROM STDIN (FORMAT binary): the fast way rows reach Postgres, never one at a time.
 
-Binary COPY (pgpq) skips formatting and parsing text: staging 500,000 rows is 2.65x faster than pyarrow's CSV
-(../shared/traps.md). Binary input is strict about types, so each column is staged in the type its Arrow
-encoding has (`target.Column.staged`), and the move casts where the target's declared type differs.
+Binary COPY (pgpq) skips formatting and parsing text. Binary input is strict about types, so each column is
+staged in the type its Arrow encoding has (`target.Column.staged`), and the move casts where the target's declared
+type differs.
 """
 
 from __future__ import annotations

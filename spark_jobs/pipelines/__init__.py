@@ -1,4 +1,5 @@
-"""Pipelines: one YAML entry per topic (design §7) becomes typed rows and dead letters (`compile`), a table,
+"""Pipelines: one YAML entry per topic (README, "Your own pipeline") becomes typed rows and dead letters
+(`compile`), a table,
 and quality checks from the same rules (`expectations`). `load` reads every entry of the jobs file."""
 
 from spark_jobs.pipelines.jobs_file import JobsFileError, jobs_file, load, read

@@ -1,4 +1,5 @@
-"""One pipeline entry (design §7): a topic, how its values are read, typed columns with rules, the target
+"""One pipeline entry (README, "Your own pipeline"): a topic, how its values are read, typed columns with rules,
+the target
 table, and the schedules of its DAGs. Validated by pydantic when the jobs file is loaded; every error names the
 field, the value and the fix (the loader adds the file and the job).
 """

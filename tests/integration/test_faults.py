@@ -1,4 +1,5 @@
-"""Faults on purpose (design §8, issue "Faults and fencing"): concurrent launches of one job, PostgreSQL crashed
+"""Faults on purpose (README, "One launch of a job at a time", issue "Faults and fencing"): concurrent launches of
+one job, PostgreSQL crashed
 between the tasks' COPY and the commit, a topic deleted and recreated, poison records. Every test ends with the
 same check a user would make: per partition, rows + dead letters = offsets consumed, and nothing twice.
 """
