@@ -5,6 +5,8 @@ PYTHON ?= $(shell command -v python3.11 || echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test test-unit browser up down status bench-read clean
 
@@ -22,7 +24,7 @@ demo: install
 	$(BIN)/streamfill demo
 
 test: install browser
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # the UI test drives Debian's chromium through its chromedriver (no browser download)
 browser:

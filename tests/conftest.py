@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import settings as hypothesis_settings
 
 from app import stack
+from tests import shared_run
 from streamfill.settings import Settings
 
 # shared machines: no per-example deadline, a fixed budget of examples
@@ -16,25 +19,85 @@ hypothesis_settings.register_profile("streamfill", deadline=None, max_examples=1
 hypothesis_settings.load_profile("streamfill")
 
 
-ISSUED: list[str] = []  # every name `topic_name` gave out: the session removes what tests made under them
+# The Spark JVMs tests launch live for seconds: C1 alone compiles what they run, on less CPU than tiered
+# compilation's C2 spends; set before the stack starts, so the Airflow tasks' launches inherit it too.
+if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ.get("SPARK_SUBMIT_OPTS", ""), "-XX:TieredStopAtLevel=1"]).strip()
+
+ISSUED: list[str] = []  # every name `topic_name` gave out: the run removes what tests made under them
+STATE: dict = {}  # this process's part of the run: whether it started the stack, the newest job id before its tests
+REPORTS: list[str] = []  # the controller's collection of every worker's STATE (tests/shared_run.py)
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        # pyspark.sql.connect (Great Expectations imports it) exits when __main__ has neither a spec nor a file,
+        # taking it for a doctest run; an xdist worker's __main__ is execnet's bootstrap, which has neither
+        main = sys.modules["__main__"]
+        if getattr(main, "__spec__", None) is None and not hasattr(main, "__file__"):
+            main.__file__ = str(Path(__file__).with_name("shared_run.py"))
+    config.addinivalue_line("markers", f"{shared_run.WHOLE_STACK}: stops, kills or crashes a service of the shared "
+                                       "stack or inspects all its processes; runs while no other integration test does")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that drive Airflow form one unit of work (xdist_group "airflow") and come first, as the longest;
+    tests that need the whole stack come last, when the other workers have little left that they would wait for."""
+    def rank(item) -> int:
+        if item.get_closest_marker(shared_run.WHOLE_STACK):
+            return 3
+        if item.get_closest_marker("xdist_group"):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
-def stack_settings() -> Settings:
-    """The local stack, up and healthy; stopped again at the end when this session started it. Before that,
-    the DAGs, jobs.d files, offsets_db jobs, tables and topics the session's tests made are removed
+def stack_settings(tmp_path_factory) -> Settings:
+    """The local stack, up and healthy; when this run started it, the run's end stops it again. Before that,
+    the DAGs, jobs.d files, offsets_db jobs, tables and topics the run's tests made are removed
     (tests/cleanup.py), so the user's DAG list and streamfill page show only the user's jobs."""
     from tests import cleanup
 
     settings = Settings()
-    started = not all(s.healthy for s in stack.status(settings))
-    if started:
-        stack.up(settings)
-    since = cleanup.newest_job_id(settings)
-    yield settings
-    for line in cleanup.remove_traces(settings, since, ISSUED):
+    with shared_run.one_at_a_time(shared_run.run_dir(tmp_path_factory), "stack"):
+        if not all(s.healthy for s in stack.status(settings)):
+            stack.up(settings)
+            STATE["started"] = True
+    STATE["since"] = cleanup.newest_job_id(settings)
+    return settings
+
+
+@pytest.fixture(autouse=True)
+def _stack_use(request):
+    """Integration tests share the stack; a whole_stack test has it to itself (tests/shared_run.py)."""
+    if request.node.get_closest_marker("integration") is None:
+        yield
+        return
+    directory = shared_run.run_dir(request.getfixturevalue("tmp_path_factory"))
+    with shared_run.stack_use(directory, request.node.get_closest_marker(shared_run.WHOLE_STACK) is not None):
+        yield
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    REPORTS.append(getattr(node, "workeroutput", {}).get("streamfill", "{}"))
+
+
+def pytest_sessionfinish(session):
+    own = shared_run.report({**STATE, "issued": ISSUED})
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput["streamfill"] = own
+        return
+    run = shared_run.merge([own, *REPORTS])
+    if run["since"] is None and not run["issued"]:
+        return
+    from tests import cleanup
+
+    settings = Settings()
+    for line in cleanup.remove_traces(settings, run["since"] or 0, run["issued"]):
         print(f"removed {line}")
-    if started and os.environ.get("STREAMFILL_KEEP_STACK") != "1":
+    if run["started"] and os.environ.get("STREAMFILL_KEEP_STACK") != "1":
         stack.down(settings)
 
 
@@ -52,14 +115,15 @@ def topic_name() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(stack_settings: Settings):
+def spark(stack_settings: Settings, tmp_path_factory):
     """One local SparkSession for the run, with streamfill's data sources registered; its JVM starts as every
     launch's does, with the class archive `stack up` builds (built here when the stack was already up)."""
     from app.stack.spark import Spark
     from connectors.spark import register
     from spark_jobs.session import spark_session
 
-    Spark(stack_settings).prepare()
+    with shared_run.one_at_a_time(shared_run.run_dir(tmp_path_factory), "class-archive"):
+        Spark(stack_settings).prepare()
     session = spark_session("streamfill-tests", stack_settings, {
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopTimeout": "30s"})

@@ -9,6 +9,13 @@ import pytest
 
 from app.stack.postgres import Postgres
 from streamfill.settings import Settings
+from tests.shared_run import worker_index
+
+
+def worker_ports(start: int) -> range:
+    """Ports of this worker's own: two workers starting a private service at once never pick the same one."""
+    first = start + 20 * worker_index()
+    return range(first, first + 20)
 
 
 @pytest.fixture
@@ -17,8 +24,7 @@ def private_postgres(stack_settings):
     from app.stack.process import port_free
     from offsets_db.migrate import upgrade
 
-    port = next(p for p in range(stack_settings.pg_port + 100, stack_settings.pg_port + 200)
-                if port_free(stack_settings.host, p))
+    port = next(p for p in worker_ports(stack_settings.pg_port + 100) if port_free(stack_settings.host, p))
     settings = Settings(home=stack_settings.home / f"test-pg-{uuid.uuid4().hex[:8]}", pg_port=port,
                         db_url=None)
     postgres = Postgres(settings)
@@ -36,8 +42,7 @@ def private_kafka(stack_settings):
     from app.stack.kafka import Kafka
     from app.stack.process import port_free
 
-    free = [p for p in range(stack_settings.kafka_port + 300, stack_settings.kafka_port + 400)
-            if port_free(stack_settings.host, p)]
+    free = [p for p in worker_ports(stack_settings.kafka_port + 300) if port_free(stack_settings.host, p)]
     settings = Settings(home=stack_settings.home / f"test-kafka-{uuid.uuid4().hex[:8]}", kafka_port=free[0],
                         kafka_controller_port=free[1], kafka_bootstrap_servers=None)
     kafka = Kafka(settings)

@@ -25,8 +25,9 @@ from spark_jobs.demo.produce import ensure_topic
 from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import consume_all, end_offsets
 from tests.kafka_helpers import produce as produce_records
+from tests.shared_run import AIRFLOW_GROUP
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 
 def query(db, sql: str, **params) -> list[tuple]:

@@ -14,9 +14,10 @@ from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
 from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import end_offsets
+from tests.shared_run import AIRFLOW_GROUP
 from tests.ui_helpers import log_in, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.browser]
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 
 def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(browser, stack_settings, bootstrap,

@@ -17,8 +17,9 @@ import pytest
 
 from streamfill import REPO_ROOT
 from tests.docker_helpers import dockerfile_arg
+from tests.shared_run import AIRFLOW_GROUP
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 
 def _dockerignore() -> list[str]:

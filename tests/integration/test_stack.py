@@ -22,6 +22,7 @@ from app.stack.airflow import admin_password, airflow_bin, airflow_env
 from app.stack.kafka import Kafka, fetch_jars
 from app.stack.process import read_pid
 from streamfill import REPO_ROOT
+from tests.shared_run import AIRFLOW_GROUP
 
 pytestmark = pytest.mark.integration
 CLI = [str(Path(sys.executable).parent / "streamfill")]
@@ -102,6 +103,7 @@ def test_the_drivers_jvm_maps_the_class_archive_stack_up_built(spark, stack_sett
     assert str(path) in Path(f"/proc/{pid}/maps").read_text(), "the driver's JVM loaded its classes itself"
 
 
+@pytest.mark.whole_stack
 def test_a_service_that_died_is_shown_down_with_its_log_and_up_restarts_only_it(stack_settings):
     kafka = Kafka(stack_settings)
     airflow_pid = read_pid(stack_settings.home / "run" / "airflow.pid")
@@ -168,6 +170,7 @@ def test_local_spark_runs_a_job_on_the_project_python(spark):
     assert spark.range(1000).selectExpr("sum(id)").first()[0] == 499500
 
 
+@pytest.mark.xdist_group(AIRFLOW_GROUP)
 def test_airflow_parses_the_dags_folder_without_import_errors(stack_settings):
     env = airflow_env(stack_settings)
     done = subprocess.run([airflow_bin(), "dags", "reserialize"], env=env, capture_output=True, text=True,
@@ -236,6 +239,7 @@ def _stack_pids(settings) -> set[int]:
     return pids
 
 
+@pytest.mark.whole_stack
 def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(stack_settings, tmp_path):
     import psycopg2
 
@@ -287,6 +291,7 @@ def _wait_for(check, timeout: float, what: str) -> None:
 
 
 @pytest.mark.fault
+@pytest.mark.whole_stack
 def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_rest(stack_settings, bootstrap,
                                                                                     topic_name, tmp_path):
     """`pg_ctl stop -m immediate` under a running stream: Airflow's components exit on the refused connections

@@ -16,9 +16,10 @@ from app.stack.airflow import admin_password, reserialize
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets
+from tests.shared_run import AIRFLOW_GROUP
 from tests.ui_helpers import log_in, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 ENDPOINTS = ["/streamfill/", "/streamfill/api/jobs", "/streamfill/jobs/orders", "/streamfill/api/jobs/orders/lag",
              "/streamfill/api/jobs/orders/throughput", "/streamfill/api/jobs/orders/dead-letters",
