@@ -22,7 +22,8 @@ hypothesis_settings.load_profile("streamfill")
 # The Spark JVMs tests launch live for seconds: C1 alone compiles what they run, on less CPU than tiered
 # compilation's C2 spends; set before the stack starts, so the Airflow tasks' launches inherit it too.
 if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ.get("SPARK_SUBMIT_OPTS", ""), "-XX:TieredStopAtLevel=1"]).strip()
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ.get("SPARK_SUBMIT_OPTS", ""),
+                                                "-XX:TieredStopAtLevel=1"]).strip()
 
 ISSUED: list[str] = []  # every name `topic_name` gave out: the run removes what tests made under them
 STATE: dict = {}  # this process's part of the run: whether it started the stack, the newest job id before its tests
@@ -42,13 +43,14 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Tests that drive Airflow form one unit of work (xdist_group "airflow") and come first, as the longest;
-    tests that need the whole stack come last, when the other workers have little left that they would wait for."""
+    tests that need the whole stack come after the other integration tests, and the unit tests last: they take
+    no lock, so another worker runs them while a whole_stack test has the stack."""
     def rank(item) -> int:
-        if item.get_closest_marker(shared_run.WHOLE_STACK):
-            return 3
         if item.get_closest_marker("xdist_group"):
             return 0
-        return 1 if item.get_closest_marker("integration") else 2
+        if item.get_closest_marker(shared_run.WHOLE_STACK):
+            return 2
+        return 1 if item.get_closest_marker("integration") else 3
     items.sort(key=rank)
 
 

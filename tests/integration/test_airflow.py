@@ -294,7 +294,7 @@ def test_airflow_backfill_reprocesses_exactly_its_windows_and_again_changes_noth
                 backfills = api.call("GET", f"/api/v2/backfills?dag_id={dag}")["backfills"]
                 if len(backfills) == pass_no and all(b["completed_at"] for b in backfills):
                     break
-                time.sleep(5)
+                time.sleep(1)
             runs = api.call("GET", f"/api/v2/dags/{dag}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
             assert [r["state"] for r in runs] == ["success"] * 2, runs
             windows = sorted((datetime.fromisoformat(r["data_interval_start"]),

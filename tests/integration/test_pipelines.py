@@ -1,7 +1,9 @@
-"""Bring your own topic: pipelines of four shapes, each declared by one YAML entry and run end to end through
-`streamfill stream` and `streamfill backfill`. Each table is compared, column by column, with what a bare
-consumer plus an independent Python decoding of the produced records says it should hold, and the dead letters
-with the invalid records and their reasons (the generator knows which rule each bad record breaks)."""
+"""Bring your own topic: pipelines of four shapes, each declared by one YAML entry, streamed and backfilled as
+`streamfill stream` and `streamfill backfill` do (in the test run's SparkSession: this module is about what a
+pipeline makes of records; tests/integration/test_jobs.py and test_faults.py launch the CLI). Each table is
+compared, column by column, with what a bare consumer plus an independent Python decoding of the produced
+records says it should hold, and the dead letters with the invalid records and their reasons (the generator
+knows which rule each bad record breaks). Schema evolution, quality and `jobs check` go through the CLI."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import traceback
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -20,6 +24,7 @@ import fastavro
 import pytest
 from sqlalchemy import text
 
+from spark_jobs import backfill, stream
 from streamfill import REPO_ROOT
 from tests.kafka_helpers import consume_all, create_topic, produce
 
@@ -37,23 +42,11 @@ def query(db, sql: str, **params) -> list[tuple]:
 
 
 def cli(*args: str, jobs: str) -> tuple[int, str]:
-    return cli_together([args], jobs=jobs)[0]
-
-
-def cli_together(launches: list[tuple[str, ...]], jobs: str) -> list[tuple[int, str]]:
-    """Several `streamfill` launches of different jobs at once (each is mostly a Spark start's wait), their exit
-    codes and output in the order given."""
-    procs = [subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
-             for args in launches]
-    try:
-        outputs = [proc.communicate(timeout=900)[0] for proc in procs]
-        return [(proc.returncode, out) for proc, out in zip(procs, outputs)]
-    finally:
-        for proc in procs:  # a launch that hung is not left running beside the next tests
-            if proc.poll() is None:
-                proc.kill()
+    """One `streamfill` launch with `jobs` as the jobs file: its exit code and output."""
+    done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=900,
+                          env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
+    return done.returncode, done.stdout
 
 
 def payment(i: int) -> dict:
@@ -80,7 +73,7 @@ BAD_PAYMENTS = [
 
 
 @pytest.fixture(scope="module")
-def world(stack_settings, bootstrap, tmp_path_factory):
+def world(stack_settings, bootstrap, spark, tmp_path_factory):
     """Four topics and the jobs file that declares their pipelines; records produced once for every test."""
     tag = uuid.uuid4().hex[:8]
     folder = tmp_path_factory.mktemp("pipelines")
@@ -179,23 +172,44 @@ def world(stack_settings, bootstrap, tmp_path_factory):
     blobs = [{"key": f"k{i}".encode(), "value": bytes([i, 0, 255]), "headers": [("h", f"v{i}".encode())]}
              for i in range(20)]
     produce(bootstrap, names["blobs"], blobs)
-    done = cli_together([("stream", "--job", name, "--trigger", "available-now", "--max-offsets-per-trigger", "100",
-                          "--checkpoint", str(folder / f"ckpt-{name}")) for name in names.values()], jobs=str(jobs))
-    runs = dict(zip(names, done))
+    runs = {key: run_here(jobs, lambda name=name: stream.run(
+                stream.StreamArgs.from_flags(job=name, trigger="available-now", max_offsets_per_trigger=100,
+                                             checkpoint=folder / f"ckpt-{name}"),
+                spark, stack_settings.bootstrap_servers, stack_settings.offsets_db_url, threading.Event()))
+            for key, name in names.items()}
     return {"names": names, "jobs": str(jobs), "folder": folder, "expected_dead": expected_dead, "runs": runs,
             "lossy": lossy}
 
 
 @pytest.fixture(scope="module")
-def backfills(world):
+def backfills(world, spark, stack_settings):
     """After the streams: a backfill of each entry into a table of its own, and of the upsert entry's older
-    range into its table, launched together."""
+    range into its table."""
     names = world["names"]
-    launches = {key: ("backfill", "--job", names[key], "--from", "earliest", "--to", "latest", "--table",
-                      f"{names[key]}_again") for key in ("payments", "clicks", "blobs")}
-    launches["accounts"] = ("backfill", "--job", names["accounts"], "--from", "earliest", "--to", '{"0": 10, "1": 10}')
-    launches["lossy"] = ("backfill", "--job", world["lossy"], "--from", "earliest", "--to", "latest")
-    return dict(zip(launches, cli_together(list(launches.values()), jobs=world["jobs"])))
+    flags = {key: {"job": names[key], "frm": "earliest", "to": "latest", "table": f"{names[key]}_again"}
+             for key in ("payments", "clicks", "blobs")}
+    flags["accounts"] = {"job": names["accounts"], "frm": "earliest", "to": '{"0": 10, "1": 10}'}
+    flags["lossy"] = {"job": world["lossy"], "frm": "earliest", "to": "latest"}
+    return {key: run_here(world["jobs"], lambda given=given: backfill.run(
+                backfill.BackfillArgs.from_flags(**given), spark, stack_settings.bootstrap_servers,
+                stack_settings.offsets_db_url))
+            for key, given in flags.items()}
+
+
+def run_here(jobs: str, job) -> tuple[int, str]:
+    """One job run in the test run's SparkSession with `jobs` as the jobs file: (0, its summary) or (1, the
+    error), as a launch's exit code and output."""
+    before = os.environ.get("STREAMFILL_JOBS_FILE")
+    os.environ["STREAMFILL_JOBS_FILE"] = str(jobs)
+    try:
+        return 0, repr(job())
+    except Exception:  # noqa: BLE001 - the test that needs this run shows it
+        return 1, traceback.format_exc()
+    finally:
+        if before is None:
+            os.environ.pop("STREAMFILL_JOBS_FILE")
+        else:
+            os.environ["STREAMFILL_JOBS_FILE"] = before
 
 
 def dead_letters(db, job: str) -> dict[bytes, str]:
@@ -306,7 +320,8 @@ def test_every_stream_ends_with_rows_plus_dead_letters_equal_to_offsets(world, d
         assert total == consumed, f"{key}: rows + dead letters per partition {total} != offsets {consumed}"
 
 
-def test_schema_evolution_adds_a_column_and_refuses_a_changed_type_before_reading(world, db, bootstrap):
+def test_schema_evolution_adds_a_column_and_refuses_a_changed_type_before_reading(world, db, bootstrap, spark,
+                                                                                   stack_settings):
     name = world["names"]["accounts"]
     jobs = world["folder"] / "evolve.yaml"
     entry = textwrap.dedent(f"""\
@@ -325,15 +340,20 @@ def test_schema_evolution_adds_a_column_and_refuses_a_changed_type_before_readin
     jobs.write_text(entry)
     produce(bootstrap, name, [{"key": b"a1", "partition": 1, "value": json.dumps(
         {"account_id": "a1", "balance": "9.50", "version": 4, "owner": "ann"}).encode()}])
-    code, out = cli("stream", "--job", name, "--trigger", "available-now", "--checkpoint",
-                    str(world["folder"] / f"ckpt-{name}"), jobs=str(jobs))
+
+    def evolve() -> tuple[int, str]:
+        args = dict(job=name, trigger="available-now", checkpoint=world["folder"] / f"ckpt-{name}")
+        return run_here(str(jobs), lambda: stream.run(stream.StreamArgs.from_flags(**args), spark,
+                                                      stack_settings.bootstrap_servers, stack_settings.offsets_db_url,
+                                                      threading.Event()))
+
+    code, out = evolve()
     assert code == 0, out[-3000:]
     assert query(db, f'SELECT account_id, owner FROM "{name}" WHERE owner IS NOT NULL') == [("a1", "ann")]
     assert query(db, f'SELECT count(*) FROM "{name}" WHERE owner IS NULL') == [(19,)]
     jobs.write_text(entry.replace('balance:    {type: "decimal(12,2)"}', "balance:    {type: double}"))
     before = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j", j=name)
-    code, out = cli("stream", "--job", name, "--trigger", "available-now", "--checkpoint",
-                    str(world["folder"] / f"ckpt-{name}"), jobs=str(jobs))
+    code, out = evolve()
     flat = " ".join(out.split())
     assert code == 1 and "has column balance of type numeric(12,2), but it is written as double precision" in flat
     assert "ALTER TABLE" in flat
