@@ -27,7 +27,7 @@ if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
 
 ISSUED: list[str] = []  # every name `topic_name` gave out: the run removes what tests made under them
 STATE: dict = {}  # this process's part of the run: whether it started the stack, the newest job id before its tests
-REPORTS: list[str] = []  # the controller's collection of every worker's STATE (tests/shared_run.py)
+REPORTS: list[dict] = []  # the controller's collection of every worker's STATE (tests/shared_run.py)
 
 
 def pytest_configure(config):
@@ -83,11 +83,11 @@ def _stack_use(request):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    REPORTS.append(getattr(node, "workeroutput", {}).get("streamfill", "{}"))
+    REPORTS.append(getattr(node, "workeroutput", {}).get("streamfill", {}))
 
 
 def pytest_sessionfinish(session):
-    own = shared_run.report({**STATE, "issued": ISSUED})
+    own = {**STATE, "issued": ISSUED}
     if hasattr(session.config, "workerinput"):
         session.config.workeroutput["streamfill"] = own
         return

@@ -6,7 +6,6 @@ is done) removes what all workers' tests made and stops the stack if the run sta
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,17 +65,9 @@ def stack_use(directory: Path, whole: bool):
         handle.close()
 
 
-def report(state: dict) -> str:
-    return json.dumps(state)
-
-
-def merge(reports: list[str]) -> dict:
-    """One run's state from its workers' reports: whether one started the stack, the oldest offsets_db job id
+def merge(states: list[dict]) -> dict:
+    """One run's state from its workers' states: whether one started the stack, the oldest offsets_db job id
     seen before tests ran, every name given out."""
-    merged = {"started": False, "since": None, "issued": []}
-    for state in map(json.loads, reports):
-        merged["started"] |= state.get("started", False)
-        if state.get("since") is not None:
-            merged["since"] = min(state["since"], merged["since"] if merged["since"] is not None else state["since"])
-        merged["issued"] += state.get("issued", [])
-    return merged
+    sinces = [state["since"] for state in states if state.get("since") is not None]
+    return {"started": any(state.get("started", False) for state in states), "since": min(sinces, default=None),
+            "issued": [name for state in states for name in state.get("issued", [])]}

@@ -199,17 +199,12 @@ def backfills(world, spark, stack_settings):
 def run_here(jobs: str, job) -> tuple[int, str]:
     """One job run in the test run's SparkSession with `jobs` as the jobs file: (0, its summary) or (1, the
     error), as a launch's exit code and output."""
-    before = os.environ.get("STREAMFILL_JOBS_FILE")
-    os.environ["STREAMFILL_JOBS_FILE"] = str(jobs)
-    try:
-        return 0, repr(job())
-    except Exception:  # noqa: BLE001 - the test that needs this run shows it
-        return 1, traceback.format_exc()
-    finally:
-        if before is None:
-            os.environ.pop("STREAMFILL_JOBS_FILE")
-        else:
-            os.environ["STREAMFILL_JOBS_FILE"] = before
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("STREAMFILL_JOBS_FILE", str(jobs))
+        try:
+            return 0, repr(job())
+        except Exception:  # noqa: BLE001 - the test that needs this run shows it
+            return 1, traceback.format_exc()
 
 
 def dead_letters(db, job: str) -> dict[bytes, str]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.shared_run import merge, report, stack_use
+from tests.shared_run import merge, stack_use
 
 pytestmark = pytest.mark.unit
 
@@ -77,6 +77,6 @@ def test_a_whole_stack_test_waits_for_the_shared_users_and_holds_off_new_ones(tm
 
 
 def test_the_runs_state_merges_every_workers_report():
-    run = merge([report({"started": False, "since": 40, "issued": ["t_a"]}),
-                 report({"started": True, "since": 12, "issued": ["t_b"]}), report({"issued": []})])
+    run = merge([{"started": False, "since": 40, "issued": ["t_a"]}, {"started": True, "since": 12, "issued": ["t_b"]},
+                 {"issued": []}])
     assert run == {"started": True, "since": 12, "issued": ["t_a", "t_b"]}
