@@ -59,6 +59,9 @@ def index_order(target: Target) -> list[str]:
     return sorted(target.key, key=lambda k: types.get(k) not in _FIXED_WIDTH)
 
 
+CREATE_LOCK_SPACE = 0x5F14  # advisory-lock key space of the sink creating a table: (space, hash of its name)
+
+
 def schema_or_current(cur, schema: str | None) -> str:
     """The schema a table name gave, or the one an unqualified name resolves to (search_path's first)."""
     if schema is not None:
@@ -83,6 +86,11 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
         schema = schema_or_current(cur, schema)
         target = Target(schema, table, tuple(columns), tuple(key))
         existing = existing_columns(cur, schema, table)
+        if not existing:
+            # two launches creating one table at once (a stream and a backfill into it, say) take turns: the
+            # later one checks what the first created, where CREATE TABLE IF NOT EXISTS would fail on pg_type
+            cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (CREATE_LOCK_SPACE, f"{schema}.{table}"))
+            existing = existing_columns(cur, schema, table)
         if not existing:
             definition = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type))
                                             for c in columns)
