@@ -7,6 +7,19 @@ import typer
 from app.commands import db, demo, jobs, offsets, produce, quality, run, stack
 
 app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySpark, Airflow and PostgreSQL.")
+
+
+@app.callback()
+def check_settings() -> None:
+    """Every command reads the STREAMFILL_* settings: a bad one stops it here, named, before anything runs."""
+    from spark_jobs.runs import fail
+    from streamfill.errors import OptionError
+    from streamfill.settings import get_settings
+
+    try:
+        get_settings()
+    except OptionError as exc:
+        raise fail(exc) from None
 app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(offsets.app, name="offsets")

@@ -88,7 +88,7 @@ def validate_replay() -> dict:
         args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"],
                                      p["to"], table, p["mode"], p["chunk_size"], spec.name)
         backfill.check_job(args, OffsetStore(ends.db_url))
-        window = backfill.resolve(args, Broker({"bootstrap.servers": ends.bootstrap_servers}))
+        window = backfill.resolve(args, Broker(ends.kafka))
     except OptionError as exc:
         raise o.as_form_error(exc) from None
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
@@ -113,8 +113,10 @@ def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = Fal
     from orchestration import tasks as o
     from spark_jobs import quality as q
 
-    outcome = q.validate(o.endpoints().db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
-                         freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None)
+    ends = o.endpoints()
+    outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
+                         freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None,
+                         schema_registry=ends.schema_registry or None)
     q.require(outcome)
 
 

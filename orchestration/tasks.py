@@ -2,8 +2,9 @@
 task's lifetime, the stream's health, and the job names of windows and replays.
 
 Set up by `streamfill stack up` in Airflow's environment (AIRFLOW_CONN_*, AIRFLOW_VAR_*), or in the UI:
-connections `streamfill_postgres` (offsets_db and the sink tables) and `streamfill_kafka` (extra
-`bootstrap_servers`, or host:port), variable `streamfill_spark_master`. Nothing about them is in a DAG file.
+connections `streamfill_postgres` (offsets_db and the sink tables) and `streamfill_kafka` (the cluster: address,
+security and credentials, orchestration.connections), variable `streamfill_spark_master`. Nothing about them is
+in a DAG file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -24,14 +25,21 @@ from sqlalchemy import URL
 
 from offsets_db import queries
 from offsets_db.engine import make_engine
+from orchestration.connections import (
+    SCHEMA_REGISTRY_CONNECTION,
+    kafka_client,
+    schema_registry_client,
+    schema_registry_env,
+)
 from spark_jobs import class_archive
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
+from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
 from streamfill.settings import get_settings
 
 log = logging.getLogger("streamfill.orchestration")
 
-POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = "streamfill_postgres", "streamfill_kafka", "streamfill_spark_master"
+POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = "streamfill_postgres", KAFKA_CONNECTION, "streamfill_spark_master"
 
 
 # the backfill's flags and the replay form's fields that carry them
@@ -62,25 +70,31 @@ def as_form_error(exc: OptionError) -> OptionError:
 @dataclass(frozen=True)
 class Endpoints:
     db_url: str
-    bootstrap_servers: str
+    kafka: Mapping[str, str]  # librdkafka settings of the cluster, credentials included
     spark_master: str
+    schema_registry: Mapping[str, str] = field(default_factory=dict)  # the registry's client settings, if any
 
     def env(self) -> dict[str, str]:
         """The job's STREAMFILL_* settings; credentials travel in the environment, never on a command line."""
-        return {"STREAMFILL_DB_URL": self.db_url, "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+        return {"STREAMFILL_DB_URL": self.db_url, **settings_env(self.kafka),
+                **schema_registry_env(self.schema_registry),
                 "STREAMFILL_SPARK_MASTER": self.spark_master}
 
 
 def endpoints() -> Endpoints:
     """From the Airflow connections and variable; call inside a task."""
     from airflow.sdk import BaseHook, Variable
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     pg = BaseHook.get_connection(POSTGRES_CONN)
     url = URL.create("postgresql+psycopg2", username=pg.login or None, password=pg.password or None,
                      host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
-    kafka = BaseHook.get_connection(KAFKA_CONN)
-    bootstrap = kafka.extra_dejson.get("bootstrap_servers") or f"{kafka.host}:{kafka.port or 9092}"
-    return Endpoints(url, bootstrap, Variable.get(SPARK_MASTER_VAR, default="local[*]"))
+    kafka = kafka_client(BaseHook.get_connection(KAFKA_CONN))
+    try:
+        registry = schema_registry_client(BaseHook.get_connection(SCHEMA_REGISTRY_CONNECTION))
+    except AirflowNotFoundException:
+        registry = {}  # no Avro entry reads a registry here
+    return Endpoints(url, kafka, Variable.get(SPARK_MASTER_VAR, default="local[*]"), registry)
 
 
 def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None) -> None:
@@ -98,7 +112,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     env = {**os.environ, **ends.env(), **(extra_env or {}), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     env = class_archive.with_archive(env, get_settings().home)
-    log.info("running %s", " ".join(cmd))
+    log.info("running %s against Kafka %s", " ".join(cmd), describe(ends.kafka))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, preexec_fn=_die_with_parent)
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,16 +26,18 @@ from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
 from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
-from spark_jobs.pipelines import PipelineSpec
+from spark_jobs.pipelines import PipelineSpec, registry
 from spark_jobs.runs import (
     console,
     err,
     fail,
     first_lines,
     job_session,
+    kafka_options,
     reader_options,
     recorded_run,
     rows_of,
+    say_where,
     sink_options,
     submit_main,
     unreachable,
@@ -79,12 +81,18 @@ class BackfillArgs:
             raise OptionError("--mode", self.mode, "is not a mode",
                               "use append-new (keep existing rows) or replace (upsert)")
         wait_seconds(self.wait_for_job)
-        self.spec  # noqa: B018 - the entry must exist
+        self.entry  # noqa: B018 - the entry must exist
+
+    @cached_property
+    def entry(self) -> PipelineSpec:
+        """The entry, read from the jobs file once per argument set."""
+        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @cached_property
     def spec(self) -> PipelineSpec:
-        """The entry, read from the jobs file once per argument set."""
-        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
+        """The entry as the launch runs it: an entry that names a registry subject instead of columns gets the
+        columns of the subject's latest version, looked up once, here."""
+        return registry.resolved(self.entry)
 
     @classmethod
     def from_flags(cls, *, job: str, topic: str | None = None, frm: str, to: str, table: str | None = None,
@@ -153,6 +161,7 @@ def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Wi
     frm = parse_spec(args.frm, "--from", args.topic)
     to = parse_spec(args.to, "--to", args.topic)
     topics = broker.topics()
+    broker.require([args.topic], "read")
     parts = [TopicPartition(args.topic, p) for p in range(topics.get(args.topic, 0))]
     watermarks = broker.watermarks(parts) if parts else {}
     return resolve_window(args.topic, topics.get(args.topic), watermarks, broker.offsets_for_times, frm, to,
@@ -191,16 +200,16 @@ def record(args: BackfillArgs, prep: Prepared, store: OffsetStore) -> None:
         store.ensure_job(args.job, "backfill", prep.config, restart=prep.restart)
 
 
-def check_table(args: BackfillArgs, spark, bootstrap: str, url: str) -> None:
+def check_table(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str) -> None:
     """The sink's check of --table on the driver (created when missing, checked and evolved when it exists), as
     the stream does before it records anything: a table that does not fit never leaves a plan behind."""
     from connectors.spark.postgres_sink import prepare_table
 
     prepare_table(sink_options(args.spec, args.job, args.table, args.mode, url),
-                  rows_of(args.spec, _kafka(spark, args, bootstrap, url)).schema)
+                  rows_of(args.spec, _kafka(spark, args, kafka, url)).schema)
 
 
-def run(args: BackfillArgs, spark, bootstrap: str, url: str,
+def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
         on_progress: Callable[[int, int], None] | None = None) -> Summary:
     """Process what is left of the plan chunk by chunk; `on_progress(done, total)` after each chunk.
 
@@ -209,7 +218,7 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
     from connectors.spark import register
 
     store = OffsetStore(url)
-    broker = Broker({"bootstrap.servers": bootstrap})
+    broker = Broker(kafka)
     started = time.monotonic()
     check_job(args, store)
     prep = prepare(args, broker, store)
@@ -221,7 +230,7 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
         summary.seconds = time.monotonic() - started
         return summary
     register(spark)
-    check_table(args, spark, bootstrap, url)
+    check_table(args, spark, kafka, url)
     store.ensure_job(args.job, "backfill")  # the job must exist to be held; its plan is recorded once held
     with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
                     on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
@@ -238,7 +247,7 @@ def run(args: BackfillArgs, spark, bootstrap: str, url: str,
             on_progress(total - remaining(window, prep.done), total)
         first_batch = store.last_batch_id(args.job)
         with _no_whole_stage_codegen(spark):
-            done = _write_chunks(args, spark, bootstrap, url, store, lease, prep, on_progress)
+            done = _write_chunks(args, spark, kafka, url, store, lease, prep, on_progress)
     summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.offsets = remaining(window, prep.done) - remaining(window, done)
     summary.seconds = time.monotonic() - started
@@ -261,7 +270,7 @@ def _no_whole_stage_codegen(spark) -> Iterator[None]:
         spark.conf.set(key, before)
 
 
-def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: OffsetStore, lease: Lease,
+def _write_chunks(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str, store: OffsetStore, lease: Lease,
                   prep: Prepared, on_progress: Callable[[int, int], None] | None) -> dict[TopicPartition, int]:
     """Every chunk written and committed as a batch of its own; returns where the job stands.
 
@@ -288,7 +297,7 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
                 planned.update({tp: e for tp, (_, e) in chunk.items()})
                 # a chunk no other can run beside (one partition left, say) is split over every core
                 alone = not flying and not next_chunk(window, planned, args.chunk_size, width, set(chunk))
-                flying[pool.submit(_write_chunk, spark, args, chunk, cores if alone else width, bootstrap, url,
+                flying[pool.submit(_write_chunk, spark, args, chunk, cores if alone else width, kafka, url,
                                    lease.generation)] = chunk
             if not flying:
                 break
@@ -314,26 +323,26 @@ def _write_chunks(args: BackfillArgs, spark, bootstrap: str, url: str, store: Of
 
 
 def _write_chunk(spark, args: BackfillArgs, chunk: dict[TopicPartition, tuple[int, int]], tasks: int,
-                 bootstrap: str, url: str, generation: int) -> None:
+                 kafka: Mapping[str, str], url: str, generation: int) -> None:
     """One chunk in at least `tasks` tasks: its read, the entry's parse and the write whose commit takes the
     chunk's batch."""
     # the session is the JVM thread's own (a thread of ours is a new one there): Spark looks the Python data
     # sources up in the active session
     spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
-    frame = rows_of(args.spec, _kafka(spark, args, bootstrap, url, chunk, generation, tasks))
+    frame = rows_of(args.spec, _kafka(spark, args, kafka, url, chunk, generation, tasks))
     ends = {tp: e for tp, (_, e) in chunk.items()}
     (frame.write.format("streamfill_postgres")
      .options(**sink_options(args.spec, args.job, args.table, args.mode, url, generation, ends))
      .mode("append").save())
 
 
-def _kafka(spark, args: BackfillArgs, bootstrap: str, url: str,
+def _kafka(spark, args: BackfillArgs, kafka: Mapping[str, str], url: str,
            chunk: dict[TopicPartition, tuple[int, int]] | None = None, generation: int | None = None,
            tasks: int = 1):
     """One chunk's read, by the launch holding the job (`generation`); without a chunk, only its columns (a
     DataFrame that is never run)."""
     reader = (spark.read.format("streamfill_kafka")
-              .option("kafka.bootstrap.servers", bootstrap)
+              .options(**kafka_options(kafka))
               .option("includeHeaders", str(args.spec.format == "raw").lower())
               .option("job", args.job).option("offsetsDbUrl", url).options(**reader_options(args.spec)))
     if generation is not None:
@@ -358,12 +367,13 @@ def launch(args: BackfillArgs, master: str | None = None) -> Summary:
     settings = get_settings()
     try:
         check_job(args, OffsetStore(settings.offsets_db_url))
-        resolve(args, Broker({"bootstrap.servers": settings.bootstrap_servers}))
+        resolve(args, Broker(settings.kafka_client()))
     except StreamfillError as exc:
         raise fail(exc) from None
     except OperationalError as exc:
         raise unreachable(settings.offsets_db_url, exc) from None
     spark = job_session(f"streamfill-backfill-{args.job}", master, settings)
+    say_where(spark, settings)
     columns = (TextColumn("backfill {task.fields[job]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("offsets, {task.fields[rate]} offsets/s"), TimeRemainingColumn())
     try:
@@ -378,7 +388,7 @@ def launch(args: BackfillArgs, master: str | None = None) -> Summary:
                 rate = f"{(done - first[1]) / elapsed:,.0f}" if elapsed > 0 and done > first[1] else "-"
                 bar.update(task, completed=done, total=total, rate=rate)
 
-            summary = run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, advance)
+            summary = run(args, spark, settings.kafka_client(), settings.offsets_db_url, advance)
     except (StreamfillError, ValueError) as exc:
         raise fail(exc) from None
     except (PySparkException, Py4JJavaError) as exc:  # the latter: a Spark error PySpark has no class for

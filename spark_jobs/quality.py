@@ -13,6 +13,7 @@ GX is imported inside `validate` (it pulls in pyspark, seconds): DAG files stay 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from offsets_db import reconcile
 from offsets_db.engine import make_engine
 from spark_jobs import pipelines
-from spark_jobs.pipelines import expectations
+from spark_jobs.pipelines import expectations, registry
 from streamfill.errors import QualityFailed
 
 COORDINATES = ("topic", "partition", "offset")
@@ -36,10 +37,12 @@ class Outcome:
 
 
 def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: bool = False,
-             freshness: timedelta | None = None, now: datetime | None = None) -> Outcome:
+             freshness: timedelta | None = None, now: datetime | None = None,
+             schema_registry: Mapping[str, str] | None = None) -> Outcome:
     """Run the entry `pipeline`'s suite on `table` for what `job` consumed; store and return the outcome (never
-    raises on a failing expectation: `require` does)."""
-    spec = pipelines.entry(pipeline)
+    raises on a failing expectation: `require` does). An entry whose columns come from a registry subject is
+    checked against the columns of its latest version (`schema_registry`: the registry's client settings)."""
+    spec = registry.resolved(pipelines.entry(pipeline), schema_registry)
     suite = spec.name
     own = expectations.for_entry(spec)  # validated before anything is read
     # with a business key, a record may replace (replace) or be dropped for (append-new) an earlier one; without

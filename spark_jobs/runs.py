@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
@@ -21,6 +21,7 @@ from offsets_db.store import OffsetStore
 from spark_jobs.pipelines import PipelineSpec
 from streamfill import durations
 from streamfill.errors import OptionError
+from streamfill.kafka_client import describe
 from streamfill.partitions import Positions, to_json_shape
 from streamfill.settings import Settings, get_settings
 
@@ -90,6 +91,19 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
     if ends is not None:
         options["endingOffsets"] = json.dumps(to_json_shape(ends))
     return options
+
+
+def say_where(spark, settings: Settings) -> None:
+    """The launch's first lines: the cluster it reads (no secret) and its Spark UI."""
+    console.print(f"Kafka: {describe(settings.kafka_client())}", highlight=False)
+    if spark.sparkContext.uiWebUrl:
+        console.print(f"Spark UI: {spark.sparkContext.uiWebUrl}", highlight=False)
+
+
+def kafka_options(kafka: Mapping[str, str]) -> dict[str, str]:
+    """The cluster's client settings as the data sources' `kafka.*` options. Spark redacts the values of
+    options named like a secret (spark.redaction.regex) wherever it shows a plan."""
+    return {f"kafka.{key}": value for key, value in kafka.items()}
 
 
 def reader_options(spec: PipelineSpec) -> dict[str, str]:

@@ -12,6 +12,9 @@ from streamfill import failpoints
 from streamfill.settings import Settings, get_settings
 
 
+REDACTED_OPTIONS = r"(?i)url|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key"
+
+
 def spark_session(app_name: str, settings: Settings | None = None,
                   conf: dict[str, str] | None = None) -> SparkSession:
     """A session on settings.spark_master whose Python workers run this interpreter (not `python3` on PATH)."""
@@ -33,7 +36,10 @@ def spark_session(app_name: str, settings: Settings | None = None,
                # events typed in the read, parsing and handing them to Python took 12.7 s instead of 16.9
                # (medians of two, one session); with Spark's parse alone 18.9 s and 19.2 s.
                # Spark's docs advise 8000 on HotSpot: such a stage then runs without whole-stage codegen.
-               .config("spark.sql.codegen.hugeMethodLimit", "8000"))
+               .config("spark.sql.codegen.hugeMethodLimit", "8000")
+               # options whose values Spark hides in plans, beside spark.redaction.regex's passwords and secrets:
+               # URLs (offsetsDbUrl carries offsets_db's password) and the Kafka secrets not named like one
+               .config("spark.sql.redaction.options.regex", REDACTED_OPTIONS))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -12,21 +12,23 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
-from spark_jobs.pipelines import PipelineSpec
+from spark_jobs.pipelines import PipelineSpec, registry
 from spark_jobs.runs import (
     console,
     fail,
     job_session,
+    kafka_options,
     reader_options,
     recorded_run,
     rows_of,
+    say_where,
     sink_options,
     submit_main,
     unreachable,
@@ -62,12 +64,18 @@ class StreamArgs:
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise OptionError("--max-offsets-per-trigger", self.max_offsets_per_trigger, "must be at least 1",
                               "give the most offsets one micro-batch may read, e.g. 100000")
-        self.spec  # noqa: B018 - the entry must exist
+        self.entry  # noqa: B018 - the entry must exist
+
+    @cached_property
+    def entry(self) -> PipelineSpec:
+        """The entry, read from the jobs file once per argument set."""
+        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
 
     @cached_property
     def spec(self) -> PipelineSpec:
-        """The entry, read from the jobs file once per argument set."""
-        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
+        """The entry as the launch runs it: an entry that names a registry subject instead of columns gets the
+        columns of the subject's latest version, looked up once, here."""
+        return registry.resolved(self.entry)
 
     @classmethod
     def from_flags(cls, *, job: str, topic: str | None = None, table: str | None = None,
@@ -108,7 +116,7 @@ def parse_trigger(raw: str) -> dict:
     return {"processingTime": f"{found[0]} {unit}"}
 
 
-def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: int | None = None):
+def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, generation: int | None = None):
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
     here, so a mismatch is refused before anything is read or recorded. `generation` is this launch's hold on
     the job: its plans and commits carry it."""
@@ -119,7 +127,7 @@ def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: in
     spec = args.spec
     subscription = ("subscribe", args.topic) if args.topic else spec.topics_option
     reader = (spark.readStream.format("streamfill_kafka")
-              .option("kafka.bootstrap.servers", bootstrap).option(*subscription)
+              .options(**kafka_options(kafka)).option(*subscription)
               .option("includeHeaders", str(spec.format == "raw").lower())
               .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url)
               .options(**reader_options(spec)))
@@ -133,8 +141,8 @@ def query_plan(spark, args: StreamArgs, bootstrap: str, url: str, generation: in
     return rows, options
 
 
-def start(spark, args: StreamArgs, bootstrap: str, url: str, plan=None):
-    rows, options = plan or query_plan(spark, args, bootstrap, url)
+def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None):
+    rows, options = plan or query_plan(spark, args, kafka, url)
     return (rows.writeStream.format("streamfill_postgres")
             .options(**options)
             .option("checkpointLocation", str(args.checkpoint))
@@ -142,13 +150,13 @@ def start(spark, args: StreamArgs, bootstrap: str, url: str, plan=None):
             .trigger(**parse_trigger(args.trigger)).start())
 
 
-def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event,
+def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,
         on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
     """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches.
 
     Everything is checked first (the table included); then the launch takes the job (refused, or waiting
     with --wait-for-job, while another launch holds it) and holds it until the query has stopped."""
-    query_plan(spark, args, bootstrap, url)
+    query_plan(spark, args, kafka, url)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
     started = time.monotonic()
@@ -157,7 +165,7 @@ def run(args: StreamArgs, spark, bootstrap: str, url: str, stop: threading.Event
                     on_wait=lambda h: console.print(f"waiting for {h.describe()}", highlight=False)) as lease, \
             recorded_run(store, args.job, spark.sparkContext.applicationId, lease) as run_row:
         first_batch = store.last_batch_id(args.job)
-        query = start(spark, args, bootstrap, url, query_plan(spark, args, bootstrap, url, lease.generation))
+        query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
         seen, newest = -1, None
 
         def report() -> None:
@@ -213,6 +221,7 @@ def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = job_session(f"streamfill-stream-{args.job}", master, settings)
+    say_where(spark, settings)
 
     def show(p: dict) -> None:
         sink = p.get("sink", {}).get("numOutputRows", -1)
@@ -221,7 +230,7 @@ def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
                       + f", {p.get('processedRowsPerSecond', 0):,.0f} records/s", highlight=False)
 
     try:
-        summary = run(args, spark, settings.bootstrap_servers, settings.offsets_db_url, stop, show)
+        summary = run(args, spark, settings.kafka_client(), settings.offsets_db_url, stop, show)
     except (StreamfillError, ValueError) as exc:
         raise fail(exc) from None
     except OperationalError as exc:

@@ -15,13 +15,16 @@ class StreamfillError(Exception):
 class OptionError(StreamfillError, ValueError):
     """A user input is invalid; raised before anything is read or recorded.
 
-    `option` is what the user wrote: a data source option (`startingOffsets`), a flag (`--from`) or a field.
+    `option` is what the user wrote: a data source option (`startingOffsets`), a flag (`--from`), a field or a
+    setting (`STREAMFILL_PG_PORT`).
     """
 
     def __init__(self, option: str, value: object, problem: str, fix: str) -> None:
         self.option, self.value, self.problem, self.fix = option, value, problem, fix
         if option.startswith("--"):
             text = f"{option} {value!r} {problem}; {fix}"
+        elif option.startswith("STREAMFILL_"):
+            text = f"setting {option}={value!r}: {problem}. {fix}"
         else:
             text = f"option {option}={value!r}: {problem}. {fix}"
         super().__init__(text)
@@ -29,6 +32,10 @@ class OptionError(StreamfillError, ValueError):
 
 class BrokerError(StreamfillError):
     """The broker could not be reached or answered with an error."""
+
+
+class RegistryError(StreamfillError):
+    """The schema registry could not be reached or failed: not a bad record, so the batch fails and is read again."""
 
 
 class DataLossError(StreamfillError):

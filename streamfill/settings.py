@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamfill import REPO_ROOT
+from streamfill.errors import OptionError
+from streamfill.kafka_client import CLIENT_FIELDS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 
 AIRFLOW_USER = "admin"
+KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener
 
 
 class Settings(BaseSettings):
@@ -31,9 +34,33 @@ class Settings(BaseSettings):
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
     pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")
+    kafka_sasl_port: int = Field(9094, ge=1, le=65535, description="the local broker's SASL_SSL listener")
     kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
+    kafka_security_protocol: str | None = Field(None, description=f"one of {', '.join(SECURITY_PROTOCOLS)}")
+    kafka_sasl_mechanism: str | None = Field(None, description=f"one of {', '.join(SASL_MECHANISMS)}")
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_ca_location: Path | None = Field(None, description="PEM file of the CA that signed the brokers")
+    kafka_ssl_certificate_location: Path | None = Field(None, description="client certificate (mutual TLS)")
+    kafka_ssl_key_location: Path | None = Field(None, description="client private key (mutual TLS)")
+    kafka_ssl_key_password: SecretStr | None = None
+    schema_registry_port: int = Field(8081, ge=1, le=65535, description="the local stack's schema registry")
+    schema_registry_url: str | None = Field(None, description="a Confluent-compatible schema registry; defaults "
+                                            "to the local stack's")
+    schema_registry_username: str | None = None
+    schema_registry_password: SecretStr | None = None
     spark_master: str = Field("local[*]", description="any Spark master URL")
     start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer")
+
+    @field_validator("kafka_security_protocol", "kafka_sasl_mechanism")
+    @classmethod
+    def _known_name(cls, value: str | None, info) -> str | None:
+        if value is None:
+            return None
+        known = SECURITY_PROTOCOLS if info.field_name == "kafka_security_protocol" else SASL_MECHANISMS
+        if value.upper() not in known:
+            raise ValueError(f"STREAMFILL_{info.field_name.upper()}={value!r} is not one of {', '.join(known)}")
+        return value.upper()
 
     @property
     def offsets_db_url(self) -> str:
@@ -70,6 +97,49 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         return self.kafka_bootstrap_servers or f"{self.host}:{self.kafka_port}"
 
+    def kafka_client(self) -> dict[str, str]:
+        """The cluster's librdkafka settings (secrets included: hand them to a client, never to a log)."""
+        conf = {"bootstrap.servers": self.bootstrap_servers}
+        for field, prop in CLIENT_FIELDS.items():
+            value = getattr(self, f"kafka_{field}")
+            if field != "bootstrap_servers" and value is not None:
+                conf[prop] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        return conf
+
+    @property
+    def kafka_secured_servers(self) -> str:
+        """The local broker's SASL_SSL listener."""
+        return f"{self.host}:{self.kafka_sasl_port}"
+
+    @property
+    def kafka_ca_file(self) -> Path:
+        """The local stack's CA certificate, which signed its broker's (PEM, generated at first start)."""
+        return self.home / "kafka" / "tls" / "ca.pem"
+
+    @property
+    def kafka_password_file(self) -> Path:
+        """The local stack's generated SCRAM password of KAFKA_JOBS_USER (mode 0600)."""
+        return self.home / "secrets" / "kafka_password"
+
+    def kafka_secured_client(self) -> dict[str, str]:
+        """librdkafka settings for the local broker's SASL_SSL listener as KAFKA_JOBS_USER."""
+        return {"bootstrap.servers": self.kafka_secured_servers, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": KAFKA_JOBS_USER,
+                "sasl.password": self.kafka_password_file.read_text().strip(),
+                "ssl.ca.location": str(self.kafka_ca_file)}
+
+    @property
+    def local_schema_registry_url(self) -> str:
+        return f"http://{self.host}:{self.schema_registry_port}/apis/ccompat/v7"
+
+    def schema_registry(self) -> dict[str, str]:
+        """The registry's client settings (confluent-kafka's SchemaRegistryClient names; secrets included)."""
+        conf = {"url": self.schema_registry_url or self.local_schema_registry_url}
+        if self.schema_registry_username:
+            password = self.schema_registry_password.get_secret_value() if self.schema_registry_password else ""
+            conf["basic.auth.user.info"] = f"{self.schema_registry_username}:{password}"
+        return conf
+
     @property
     def logs(self) -> Path:
         return self.home / "logs"
@@ -85,7 +155,14 @@ class Settings(BaseSettings):
 
 
 def get_settings() -> Settings:
-    return Settings()
+    """The settings of this environment; a bad STREAMFILL_* value is an OptionError naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = f"STREAMFILL_{str(first['loc'][0]).upper()}"
+        problem = first["msg"].removeprefix("Value error, ").replace(f"{name}={first['input']!r} ", "")
+        raise OptionError(name, first["input"], problem, f"Fix {name} or unset it") from None
 
 
 def default_db_url() -> str:

@@ -34,7 +34,7 @@ def remove_traces(settings: Settings, since_job_id: int, names: list[str]) -> li
     the others still run)."""
     names = [n for n in dict.fromkeys(names) if TEST_NAME.fullmatch(n)]
     done: list[str] = []
-    for step in (_files, _dags, _offsets_db, _topics):
+    for step in (_files, _dags, _offsets_db, _topics, _subjects):
         try:
             done += step(settings, since_job_id, names)
         except Exception as exc:  # noqa: BLE001 - cleaning up must not fail the session
@@ -109,3 +109,17 @@ def _topics(settings: Settings, since_job_id: int, names: list[str]) -> list[str
     for topic, future in (admin.delete_topics(doomed, operation_timeout=30).items() if doomed else []):
         future.result(timeout=60)
     return [f"topic {t}" for t in doomed]
+
+
+def _subjects(settings: Settings, since_job_id: int, names: list[str]) -> list[str]:
+    """Schema registry subjects of the session's topics (`<topic>-value`), deleted for good."""
+    if not names:
+        return []
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    registry = SchemaRegistryClient(settings.schema_registry())
+    doomed = [s for s in registry.get_subjects() if any(s.startswith(f"{n}-") for n in names)]
+    for subject in doomed:
+        registry.delete_subject(subject)
+        registry.delete_subject(subject, permanent=True)
+    return [f"subject {s}" for s in doomed]

@@ -82,13 +82,13 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
     from streamfill.errors import AirflowError
 
     spec = load()["orders"]
-    bootstrap = settings.bootstrap_servers
-    ensure_topic(bootstrap, spec.topic, 4)
+    kafka = settings.kafka_client()
+    ensure_topic(kafka, spec.topic, 4)
     half = count // 2
-    first = produce(bootstrap, spec.topic, half, bad_ratio=bad_ratio, seed=int(time.time()))
+    first = produce(kafka, spec.topic, half, bad_ratio=bad_ratio, seed=int(time.time()))
     time.sleep(1.0)
     window_start = datetime.now(timezone.utc)
-    second = produce(bootstrap, spec.topic, count - half, bad_ratio=bad_ratio, seed=int(time.time()) + 1)
+    second = produce(kafka, spec.topic, count - half, bad_ratio=bad_ratio, seed=int(time.time()) + 1)
     window_end = datetime.now(timezone.utc)
     say(f"produced {first.total + second.total:,} events to {spec.topic} ({first.bad + second.bad:,} bad)")
 

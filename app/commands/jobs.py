@@ -42,20 +42,24 @@ def list_jobs() -> None:
 def check(file: Annotated[Optional[Path], typer.Argument(
         help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
     """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
-    from spark_jobs.pipelines import load, read
+    from spark_jobs.pipelines import load, read, registry
     from spark_jobs.pipelines.expectations import extra
     from spark_jobs.pipelines.spec import COORDINATES
     from streamfill.errors import StreamfillError
 
     try:
         entries = read(file) if file else load()
+        # an entry naming a registry subject instead of columns: the columns its latest version gives
+        entries = {name: registry.resolved(spec) for name, spec in entries.items()}
         for spec in entries.values():
             extra(spec)  # the quality: list, against Great Expectations
     except StreamfillError as exc:
         raise fail(exc) from None
     coordinates = {"topic": "text", "partition": "integer", "offset": "bigint", "kafka_timestamp": "timestamptz"}
     for name, spec in entries.items():
-        table = Table(title=f"job {name}: table {spec.table} ({spec.format}, key {', '.join(spec.key)}, {spec.mode})")
+        source = f", columns from subject {spec.registry_subject}" if spec.registry_reader_schema else ""
+        table = Table(title=f"job {name}: table {spec.table} ({spec.format}{source}, key {', '.join(spec.key)}, "
+                            f"{spec.mode})")
         for col in ("column", "type", "rules"):
             table.add_column(col, overflow="fold")
         for column in COORDINATES:

@@ -27,14 +27,14 @@ def produce(
     from streamfill.errors import StreamfillError
 
     key = None if key_field.lower() == "none" else key_field
-    bootstrap = get_settings().bootstrap_servers
+    kafka = get_settings().kafka_client()
     try:
         demo.check_args(count, rate, partitions, bad_ratio, key)
-        have = demo.ensure_topic(bootstrap, topic, partitions)
+        have = demo.ensure_topic(kafka, topic, partitions)
         with Progress(TextColumn("sending to {task.fields[topic]}"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("produce", total=count, topic=topic)
-            done = demo.produce(bootstrap, topic, count, rate=rate, bad_ratio=bad_ratio, key_field=key,
+            done = demo.produce(kafka, topic, count, rate=rate, bad_ratio=bad_ratio, key_field=key,
                                 seed=seed, on_progress=lambda n: bar.advance(task, n))
     except StreamfillError as exc:
         raise fail(exc) from None

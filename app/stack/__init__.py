@@ -1,4 +1,4 @@
-"""The local stack: PostgreSQL, Kafka, Airflow and Spark on one machine, without Docker.
+"""The local stack: PostgreSQL, Kafka, a schema registry, Airflow and Spark on one machine, without Docker.
 
 `up` checks the ports of every stopped service first, so a clash stops it before anything starts. It starts
 what is stopped and restarts what runs but does not answer (saying so); a service that fails to start is
@@ -14,6 +14,7 @@ from app.stack.airflow import Airflow
 from app.stack.kafka import Kafka
 from app.stack.postgres import Postgres
 from app.stack.process import port_free, tail
+from app.stack.schema_registry import SchemaRegistry
 from app.stack.service import Service, Status
 from app.stack.spark import Spark
 from offsets_db.migrate import upgrade
@@ -30,7 +31,7 @@ GRACE = 30.0
 
 def services(settings: Settings) -> list[Service]:
     """In start order: Airflow keeps its metadata in PostgreSQL."""
-    return [Postgres(settings), Kafka(settings), Airflow(settings), Spark(settings)]
+    return [Postgres(settings), Kafka(settings), SchemaRegistry(settings), Airflow(settings), Spark(settings)]
 
 
 def _check_ports(todo: list[Service], settings: Settings) -> None:

@@ -17,12 +17,15 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from app.stack.kafka import ensure_secrets
 from app.stack.pidfile import cmdline, pid_alive
 from app.stack.process import UMASK, children, spawn, wait_until
 from app.stack.secret_file import ensure_secret, generate_password
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
+from orchestration.connections import SCHEMA_REGISTRY_CONNECTION, kafka_connection, schema_registry_connection
 from streamfill.errors import AirflowError
+from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.settings import AIRFLOW_USER as ADMIN
 from streamfill.settings import Settings
 
@@ -82,14 +85,25 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     }
 
 
+def kafka_client(settings: Settings) -> dict[str, str]:
+    """The cluster Airflow's tasks use: the STREAMFILL_KAFKA_* settings when they name one, else the local
+    broker's SASL_SSL listener as the jobs user, so every DAG of the stack runs with credentials as on a team's
+    cluster (the PLAINTEXT listener serves the demo and the CLI)."""
+    if settings.kafka_bootstrap_servers:
+        return settings.kafka_client()
+    ensure_secrets(settings)
+    return settings.kafka_secured_client()
+
+
 def connections(settings: Settings) -> dict[str, str]:
     """The Airflow connections and variable the DAGs use, as AIRFLOW_CONN_* / AIRFLOW_VAR_* (never in DAG code)."""
     db = make_url(settings.offsets_db_url)
     pg = {"conn_type": "postgres", "host": db.host, "port": db.port or 5432, "schema": db.database,
           "login": db.username, "password": db.password}
-    kafka = {"conn_type": "generic", "extra": {"bootstrap_servers": settings.bootstrap_servers}}
     return {"AIRFLOW_CONN_STREAMFILL_POSTGRES": json.dumps({k: v for k, v in pg.items() if v is not None}),
-            "AIRFLOW_CONN_STREAMFILL_KAFKA": json.dumps(kafka),
+            f"AIRFLOW_CONN_{KAFKA_CONNECTION.upper()}": json.dumps(kafka_connection(kafka_client(settings))),
+            f"AIRFLOW_CONN_{SCHEMA_REGISTRY_CONNECTION.upper()}": json.dumps(
+                schema_registry_connection(settings.schema_registry())),
             "AIRFLOW_VAR_STREAMFILL_SPARK_MASTER": settings.spark_master}
 
 

@@ -1,4 +1,10 @@
-"""Apache Kafka in KRaft combined mode (one broker that is also the controller), from the jars on Maven Central."""
+"""Apache Kafka in KRaft combined mode (one broker that is also the controller), from the jars on Maven Central.
+
+Two client listeners: PLAINTEXT for the demo and the CLI, and SASL_SSL (SCRAM-SHA-512, a certificate signed by
+the stack's own CA) with the authorizer on, as a team's cluster would ask for credentials and ACLs. On the
+PLAINTEXT and controller listeners clients are User:ANONYMOUS, a super user; on SASL_SSL the jobs' SCRAM user
+may use every topic, group and transactional id, and any other user only what an ACL grants it.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,12 @@ from pathlib import Path
 from app.stack.pidfile import pid_alive
 from app.stack.postgres import install_os_packages
 from app.stack.process import spawn, wait_until
+from app.stack.secret_file import ensure_secret, generate_password, private_dir
 from app.stack.service import ProcessGroupService, Status
+from app.stack.tls import ensure_server_pem
 from streamfill import REPO_ROOT
 from streamfill.errors import StackError
+from streamfill.settings import KAFKA_JOBS_USER, Settings
 
 POM = REPO_ROOT / "stack" / "kafka" / "pom.xml"
 LOG4J = REPO_ROOT / "stack" / "kafka" / "log4j2.yaml"
@@ -42,6 +51,15 @@ def fetch_jars(pom: Path, dest: Path) -> None:
     done_marker.write_text(kafka_version(pom))
 
 
+def ensure_secrets(settings: Settings) -> Path:
+    """The SASL_SSL listener's secrets, made at first start: the jobs user's password, the stack's CA and the
+    broker's key and certificate (for settings.host, 127.0.0.1 and localhost). The broker's PEM file."""
+    private_dir(settings.kafka_password_file.parent)
+    ensure_secret(settings.kafka_password_file, generate_password)
+    hosts = list(dict.fromkeys([settings.host, "127.0.0.1", "localhost"]))
+    return ensure_server_pem(settings.kafka_ca_file.parent, "broker", hosts)
+
+
 class Kafka(ProcessGroupService):
     name = "kafka"
 
@@ -55,7 +73,8 @@ class Kafka(ProcessGroupService):
 
     def ports(self) -> list[tuple[int, str]]:
         return [(self.settings.kafka_port, "STREAMFILL_KAFKA_PORT"),
-                (self.settings.kafka_controller_port, "STREAMFILL_KAFKA_CONTROLLER_PORT")]
+                (self.settings.kafka_controller_port, "STREAMFILL_KAFKA_CONTROLLER_PORT"),
+                (self.settings.kafka_sasl_port, "STREAMFILL_KAFKA_SASL_PORT")]
 
     def _java(self) -> str:
         java = shutil.which("java")
@@ -66,15 +85,25 @@ class Kafka(ProcessGroupService):
 
     def _write_config(self) -> Path:
         s = self.settings
+        broker_pem = ensure_secrets(s)
         props = self.root / "server.properties"
         props.write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.bootstrap.servers={s.host}:{s.kafka_controller_port}",
-            f"listeners=PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
-            f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port}",
+            f"listeners=PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port},"
+            f"SASL_SSL://{s.host}:{s.kafka_sasl_port}",
+            f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port},SASL_SSL://{s.host}:{s.kafka_sasl_port}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.ssl.keystore.type=PEM",
+            f"listener.name.sasl_ssl.ssl.keystore.location={broker_pem}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
             f"log.dirs={self.root / 'data'}",
             "num.partitions=1",
             "auto.create.topics.enable=false",
@@ -116,6 +145,46 @@ class Kafka(ProcessGroupService):
         pid = spawn(self.command(self._java()), log=self.root / "stdout.log", pid_file=self.pid_file)
         wait_until(self.healthy, timeout=self.settings.start_timeout, service=self.name, log=self.log,
                    alive=lambda: pid_alive(pid))
+        self._grant_jobs_user()
+
+    def _grant_jobs_user(self) -> None:
+        """The jobs' SCRAM credentials (the stack's generated password) and their ACLs, set over PLAINTEXT as
+        the super user; both are kept in the cluster's metadata, so setting them again changes nothing."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        s = self.settings
+        admin = AdminClient({"bootstrap.servers": s.bootstrap_servers, "log_level": 0})
+        password = s.kafka_password_file.read_text().strip().encode()
+        upsert = UserScramCredentialUpsertion(KAFKA_JOBS_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512,
+                                                                                   8192), password)
+        principal = f"User:{KAFKA_JOBS_USER}"
+
+        def allow(kind, name: str, operation) -> AclBinding:
+            return AclBinding(kind, name, ResourcePatternType.LITERAL, principal, "*", operation,
+                              AclPermissionType.ALLOW)
+
+        acls = [allow(ResourceType.TOPIC, "*", AclOperation.ALL), allow(ResourceType.GROUP, "*", AclOperation.ALL),
+                allow(ResourceType.TRANSACTIONAL_ID, "*", AclOperation.ALL),
+                allow(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE),
+                allow(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)]
+        try:
+            for fut in admin.alter_user_scram_credentials([upsert]).values():
+                fut.result(timeout=30)
+            for fut in admin.create_acls(acls).values():
+                fut.result(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+            raise StackError(f"setting up Kafka user {KAFKA_JOBS_USER!r} and its ACLs on the SASL_SSL listener "
+                             f"failed: {exc}. See {self.log}") from None
 
     def healthy(self) -> bool:
         from confluent_kafka.admin import AdminClient
@@ -129,5 +198,7 @@ class Kafka(ProcessGroupService):
 
     def status(self) -> Status:
         pid = self.pid()
-        return Status(self.name, self.settings.bootstrap_servers, pid, pid is not None,
-                      pid is not None and self.healthy(), self.log, f"KRaft combined mode, Kafka {kafka_version()}")
+        s = self.settings
+        return Status(self.name, s.bootstrap_servers, pid, pid is not None, pid is not None and self.healthy(),
+                      self.log, f"KRaft combined mode, Kafka {kafka_version()}; SASL_SSL (SCRAM-SHA-512, user "
+                      f"{KAFKA_JOBS_USER}, CA {s.kafka_ca_file}) on {s.kafka_secured_servers}")

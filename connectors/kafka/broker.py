@@ -6,13 +6,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, OffsetSpec
 
+from connectors.kafka.client import not_authorized, refusal
 from connectors.kafka.offsets import Watermarks
 from connectors.kafka.subscription import TopicMetadata
 from streamfill.errors import BrokerError, OptionError
+from streamfill.kafka_client import describe
 from streamfill.partitions import TopicPartition
 
 # librdkafka properties that make sense for a consumer but not for an AdminClient
@@ -29,23 +31,70 @@ class Broker:
     def __init__(self, kafka: Mapping[str, str], timeout_s: float = 30.0) -> None:
         self.kafka = dict(kafka)
         self.timeout_s = timeout_s
+        self._refused: str | None = None  # the client's credentials or trust refused: retrying cannot help
+        self._allowed: set[tuple[str, str]] = set()  # (topic, operation) the broker said this user may do
         conf = {k: v for k, v in self.kafka.items() if k not in _CONSUMER_ONLY}
-        self._admin = AdminClient({**conf, "log_level": conf.get("log_level", "3")})
+        self._admin = AdminClient({**conf, "log_level": conf.get("log_level", "3"), "error_cb": self._on_error})
         committed = self.kafka.get("isolation.level", "read_committed") == "read_committed"
         self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
 
+    @property
+    def refused(self) -> str | None:
+        """Why the cluster refused this client's credentials or trust, once it has."""
+        return self._refused
+
+    def _on_error(self, err: KafkaError) -> None:
+        self._refused = self._refused or refusal(self.kafka, err.str())
+
     def _fail(self, what: str, exc: BaseException, started: float) -> BrokerError:
+        self._admin.poll(0)  # serves error_cb: an authentication or TLS refusal says more than the timeout
+        if self._refused:
+            return BrokerError(f"{what} failed: {self._refused}")
+        self._refused = refusal(self.kafka, str(exc))
+        if self._refused:
+            return BrokerError(f"{what} failed: {self._refused}")
         return BrokerError(f"{what} failed after {time.monotonic() - started:.1f} s against "
-                           f"bootstrap servers {self.kafka.get('bootstrap.servers')}: {exc}. "
+                           f"{describe(self.kafka)}: {exc}. "
                            "Check that the broker is running and kafka.bootstrap.servers is right")
 
     def topics(self) -> TopicMetadata:
+        """Every topic this client may describe; a refused login fails at once rather than at the timeout."""
         started = time.monotonic()
-        try:
-            md = self._admin.list_topics(timeout=self.timeout_s)
-        except KafkaException as exc:
-            raise self._fail("listing topics", exc, started) from None
+        while True:
+            left = self.timeout_s - (time.monotonic() - started)
+            try:
+                md = self._admin.list_topics(timeout=max(0.1, min(1.0, left)))
+                break
+            except KafkaException as exc:
+                self._admin.poll(0)
+                if self._refused or left <= 1.0:
+                    raise self._fail("listing topics", exc, started) from None
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+    def require(self, topics: list[str], operation: str) -> None:
+        """Refuse, naming the topic and the missing ACL operation, when the broker's authorizer does not let
+        this client's user `operation` ("read" or "write") each topic. Asked once per topic and operation."""
+        wanted = sorted({t for t in topics if (t, operation) not in self._allowed})
+        if not wanted:
+            return
+        started = time.monotonic()
+        futures = self._admin.describe_topics(TopicCollection(wanted), include_authorized_operations=True,
+                                              request_timeout=self.timeout_s)
+        needed = AclOperation.READ if operation == "read" else AclOperation.WRITE
+        for topic, fut in futures.items():
+            try:
+                found = fut.result(timeout=self.timeout_s)
+            except KafkaException as exc:
+                code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise BrokerError(not_authorized(self.kafka, topic, "describe")) from None
+                if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # the caller says the topic is unknown, naming the ones there are
+                raise self._fail(f"describing topic {topic!r}", exc, started) from None
+            granted = found.authorized_operations  # None: the broker runs no authorizer
+            if granted is not None and needed not in granted and AclOperation.ALL not in granted:
+                raise BrokerError(not_authorized(self.kafka, topic, operation))
+            self._allowed.add((topic, operation))
 
     def _list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], what: str) -> dict[TopicPartition, int]:
         if not specs:

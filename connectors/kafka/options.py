@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from connectors.kafka.client import client_config
 from connectors.kafka.json_values import JsonColumns
 from connectors.kafka.offsets import (
     Earliest,
@@ -87,7 +88,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise OptionError("minOffsetsPerTrigger", min_per, f"is larger than maxOffsetsPerTrigger={max_per}",
                           "Make it at most maxOffsetsPerTrigger")
     return SourceOptions(
-        kafka=kafka,
+        kafka=client_config(kafka),
         subscription=subscription,
         starting=starting,
         ending=ending,

@@ -20,10 +20,12 @@ import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
+from connectors.kafka.client import not_authorized, refusal
 from connectors.kafka.data_loss import DataLoss, enforce
 from connectors.kafka.json_values import JsonColumns
 from connectors.kafka.planner import OffsetRange
 from streamfill.errors import BrokerError
+from streamfill.kafka_client import describe
 
 log = logging.getLogger("streamfill.reader")
 
@@ -49,12 +51,18 @@ BATCH_SIZE = 20_000
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
                   "fetch.queue.backoff.ms": "10", "fetch.wait.max.ms": "50"}
 _consumers: dict[frozenset, Consumer] = {}
+_refusals: dict[frozenset, str] = {}  # a consumer's login or TLS refused by the broker: waiting cannot help
 
 
 def consumer_for(kafka: Mapping[str, str]) -> Consumer:
     """One consumer per configuration in this Python worker, reused across ranges and tasks."""
     key = frozenset(kafka.items())
     if key not in _consumers:
+        def on_error(err: KafkaError) -> None:
+            found = refusal(kafka, err.str())
+            if found:
+                _refusals.setdefault(key, found)
+
         _consumers[key] = Consumer({
             "group.id": "streamfill-reader",
             "isolation.level": "read_committed",
@@ -64,6 +72,7 @@ def consumer_for(kafka: Mapping[str, str]) -> Consumer:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": False,
+            "error_cb": on_error,
         })
     return _consumers[key]
 
@@ -98,6 +107,9 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
                 next_offset = position
                 last_progress = time.monotonic()
                 continue
+            refused = _refusals.get(frozenset(kafka.items()))
+            if refused:
+                raise BrokerError(f"reading {r.topic}-{r.partition}: {refused}")
             waited = time.monotonic() - last_progress
             if waited * 1000 > poll_timeout_ms:
                 try:
@@ -157,8 +169,9 @@ def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, 
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
                 resume = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
                 return rows, np.array(offsets, np.int64), resume
-            raise BrokerError(f"reading {r.topic}-{r.partition} from bootstrap servers "
-                              f"{kafka.get('bootstrap.servers')}: {err.str()}")
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise BrokerError(not_authorized(kafka, r.topic, "read"))
+            raise BrokerError(f"reading {r.topic}-{r.partition} from {describe(kafka)}: {err.str()}")
         off = m.offset()
         if off >= r.end:
             break

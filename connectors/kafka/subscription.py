@@ -16,6 +16,10 @@ TopicMetadata = dict[str, int]
 class Subscribe:
     topics: tuple[str, ...]
 
+    def named(self) -> tuple[str, ...]:
+        """The topics the subscription names (a pattern names none)."""
+        return self.topics
+
     def partitions(self, metadata: TopicMetadata) -> list[TopicPartition]:
         unknown = [t for t in self.topics if t not in metadata]
         if unknown:
@@ -29,6 +33,9 @@ class Subscribe:
 class SubscribePattern:
     pattern: str
 
+    def named(self) -> tuple[str, ...]:
+        return ()
+
     def partitions(self, metadata: TopicMetadata) -> list[TopicPartition]:
         rx = re.compile(self.pattern)
         return [TopicPartition(t, p) for t in sorted(metadata) if rx.fullmatch(t) and not t.startswith("__")
@@ -38,6 +45,9 @@ class SubscribePattern:
 @dataclass(frozen=True)
 class Assign:
     assignment: tuple[TopicPartition, ...]
+
+    def named(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(tp.topic for tp in self.assignment))
 
     def partitions(self, metadata: TopicMetadata) -> list[TopicPartition]:
         for tp in self.assignment:

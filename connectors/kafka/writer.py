@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from connectors.kafka.client import not_authorized, refusal
 from streamfill import failpoints
 from streamfill.errors import BrokerError
+from streamfill.kafka_client import describe
 
 # Spark's producer default; librdkafka's own is 300 s
 PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compression.type": "lz4"}
@@ -26,6 +28,7 @@ PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compres
 
 @dataclass
 class _Delivery:
+    kafka: Mapping[str, str]
     sent: int = 0
     first_error: str | None = None
     errors: int = 0
@@ -36,8 +39,26 @@ class _Delivery:
             return
         self.errors += 1
         if self.first_error is None:
-            self.first_error = (f"delivery to topic {msg.topic()} partition {msg.partition()} failed: {err.str()} "
-                                f"({err.name()})")
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                self.first_error = not_authorized(self.kafka, msg.topic(), "write")
+            else:
+                self.first_error = (f"delivery to topic {msg.topic()} partition {msg.partition()} failed: "
+                                    f"{err.str()} ({err.name()})")
+
+    def on_error(self, err: KafkaError) -> None:
+        """The producer's login or TLS refused: no record can be delivered, so the send stops at once."""
+        found = refusal(self.kafka, err.str())
+        if found and self.first_error is None:
+            self.first_error = found
+
+
+def _flush(producer: Producer, timeout_s: float, delivery: _Delivery) -> int:
+    """Wait for every delivery report, or the first refusal; the number of records still unacknowledged."""
+    deadline = time.monotonic() + timeout_s
+    left = producer.flush(min(1.0, timeout_s))
+    while left and delivery.first_error is None and time.monotonic() < deadline:
+        left = producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    return left
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list | None:
@@ -58,29 +79,30 @@ def write_batches(batches: Iterator[pa.RecordBatch], kafka: Mapping[str, str], t
         # librdkafka requires delivery.timeout.ms <= transaction.timeout.ms (60 s by default)
         conf.setdefault("transaction.timeout.ms", conf["delivery.timeout.ms"])
     timeout = flush_timeout_s or int(conf["delivery.timeout.ms"]) / 1000 + 10
-    servers = conf.get("bootstrap.servers")
-    producer = Producer(conf)
-    delivery = _Delivery()
+    servers = describe(conf)
+    delivery = _Delivery(conf)
+    producer = Producer({**conf, "error_cb": delivery.on_error})
     if transactional_id:
         try:
             producer.init_transactions(timeout)  # fences an earlier attempt with this id and aborts its records
             producer.begin_transaction()
         except KafkaException as exc:
-            raise BrokerError(f"starting a Kafka transaction ({transactional_id}) on bootstrap servers {servers} "
-                              f"failed: {exc}") from None
+            producer.poll(0)
+            raise BrokerError(f"starting a Kafka transaction ({transactional_id}) on {servers} failed: "
+                              f"{delivery.first_error or exc}") from None
     try:
         for batch in batches:
             _send(producer, batch, topic, delivery)
             failpoints.hit("kafka_sink.batch_sent")
             if delivery.first_error:
                 break
-        left = producer.flush(timeout)
+        left = _flush(producer, timeout, delivery)
         if delivery.first_error is None and left:
             delivery.first_error = (f"{left} records were not delivered within {timeout:.0f} s "
                                     f"(delivery.timeout.ms)")
         if delivery.first_error:
-            raise BrokerError(f"{delivery.first_error}; bootstrap servers {servers}; {delivery.errors} failed "
-                              "deliveries in this task. Check that the broker is reachable and the topic exists")
+            raise BrokerError(f"{delivery.first_error}; {servers}; {delivery.errors} failed deliveries in this "
+                              "task. Check that the broker is reachable and the topic exists")
         if transactional_id:
             producer.commit_transaction(timeout)
     except BaseException:
@@ -132,8 +154,8 @@ def send_records(kafka: Mapping[str, str], topic: str, records: Iterable[tuple[b
     """Send (key, value) records, at most `rate` per second, and wait until the broker acknowledged all.
 
     `on_progress(n)` every 5,000 records and once at the end; the first delivery error stops the send and raises."""
-    producer = Producer({**BULK_DEFAULTS, **kafka})
-    delivery = _Delivery()
+    delivery = _Delivery(kafka)
+    producer = Producer({**BULK_DEFAULTS, **kafka, "error_cb": delivery.on_error})
     started = time.monotonic()
     sent = 0
     for sent, (key, value) in enumerate(records, start=1):
@@ -148,10 +170,10 @@ def send_records(kafka: Mapping[str, str], topic: str, records: Iterable[tuple[b
             ahead = sent / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-    left = producer.flush(flush_timeout_s)
+    left = _flush(producer, flush_timeout_s, delivery)
     if on_progress:
         on_progress(sent % 5000)
     if delivery.first_error or left:
-        raise BrokerError(f"sending to topic {topic!r} at {kafka.get('bootstrap.servers')} failed: "
+        raise BrokerError(f"sending to topic {topic!r} at {describe(kafka)} failed: "
                           f"{delivery.first_error or f'{left} records not acknowledged after {flush_timeout_s:.0f} s'}")
     return sent

@@ -22,6 +22,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+from connectors.kafka.client import client_config
 from connectors.kafka.writer import write_batches
 from connectors.spark import worker_gc
 from streamfill.errors import OptionError
@@ -74,7 +75,27 @@ def parse(options: dict, schema: StructType) -> KafkaSinkOptions:
     prefix = None
     if transactional == "true":
         prefix = opts.get("transactionalidprefix") or f"streamfill-{uuid.uuid4().hex[:12]}"
-    return KafkaSinkOptions(kafka, topic, prefix)
+    return KafkaSinkOptions(client_config(kafka), topic, prefix)
+
+
+def check_access(opts: KafkaSinkOptions) -> None:
+    """On the driver, before any task sends, for a client with credentials or TLS: the cluster accepts them,
+    and its authorizer lets the user write the `topic` option's topic (a topic column's topics are checked by
+    each delivery). A broker that does not answer is left to the tasks, whose delivery errors name it."""
+    from connectors.kafka.broker import Broker
+    from streamfill.errors import BrokerError
+
+    if opts.kafka.get("security.protocol", "PLAINTEXT") == "PLAINTEXT":
+        return
+    broker = Broker(opts.kafka, timeout_s=10)
+    try:
+        broker.topics()
+    except BrokerError as exc:
+        if broker.refused is None:
+            return
+        raise exc from None
+    if opts.topic:
+        broker.require([opts.topic], "write")
 
 
 def _write(opts: KafkaSinkOptions, batches: Iterator[pa.RecordBatch]) -> Sent:

@@ -107,12 +107,16 @@ class KafkaDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from connectors.spark import kafka_sink  # only a write loads the producer side
 
-        return kafka_sink.KafkaBatchWriter(kafka_sink.parse(self.options, schema))
+        opts = kafka_sink.parse(self.options, schema)
+        kafka_sink.check_access(opts)
+        return kafka_sink.KafkaBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from connectors.spark import kafka_sink
 
-        return kafka_sink.KafkaStreamWriter(kafka_sink.parse(self.options, schema))
+        opts = kafka_sink.parse(self.options, schema)
+        kafka_sink.check_access(opts)
+        return kafka_sink.KafkaStreamWriter(opts)
 
 
 _brokers: dict[frozenset, Broker] = {}

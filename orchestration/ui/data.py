@@ -51,7 +51,7 @@ def log_ends(partitions: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], in
     from streamfill.partitions import TopicPartition
 
     try:
-        broker = Broker({"bootstrap.servers": db.bootstrap_servers()}, timeout_s=5)
+        broker = Broker(db.kafka(), timeout_s=5)
         exists = broker.topics()  # a deleted topic or partition has no log end: its job keeps the planned lag
         found = broker.watermarks([TopicPartition(t, p) for t, p in sorted(partitions) if p < exists.get(t, 0)])
     except (StreamfillError, KafkaException) as exc:

@@ -9,8 +9,10 @@ import threading
 from sqlalchemy import URL, Engine
 
 from offsets_db.engine import make_engine
+from orchestration.connections import kafka_client
 from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
 from streamfill.errors import StreamfillError
+from streamfill.settings import get_settings
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -42,13 +44,11 @@ def database_url() -> str:
                       host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
 
 
-def bootstrap_servers() -> str:
-    """The broker the page asks for log ends: the `streamfill_kafka` connection the tasks use, else
-    STREAMFILL_KAFKA_BOOTSTRAP_SERVERS."""
-    kafka, servers = _connection(KAFKA_CONN, "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS")
-    if kafka is None:
-        return servers
-    return kafka.extra_dejson.get("bootstrap_servers") or f"{kafka.host}:{kafka.port or 9092}"
+def kafka() -> dict[str, str]:
+    """The cluster the page asks for log ends: the `streamfill_kafka` connection the tasks use, else the
+    STREAMFILL_KAFKA_* settings of the API server's environment."""
+    conn, _ = _connection(KAFKA_CONN, "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS")
+    return get_settings().kafka_client() if conn is None else kafka_client(conn)
 
 
 def engine() -> Engine:

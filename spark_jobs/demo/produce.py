@@ -4,7 +4,7 @@ connector core's producer."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -41,13 +41,18 @@ def check_args(count: int, rate: float | None, partitions: int | None, bad_ratio
                           f"use one of {', '.join(FIELDS)} or 'none' for records without a key")
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int | None, timeout_s: float = 30) -> int:
-    """The topic's partition count, creating it when missing (one partition unless `partitions` says)."""
-    return Broker({"bootstrap.servers": bootstrap}, timeout_s).ensure_topic(topic, partitions)
+def _client(kafka: str | Mapping[str, str]) -> dict[str, str]:
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
 
 
-def produce(bootstrap: str, topic: str, count: int, *, rate: float | None = None, bad_ratio: float = 0.0,
-            key_field: str | None = "user_id", seed: int = 7, now: datetime | None = None,
+def ensure_topic(kafka: str | Mapping[str, str], topic: str, partitions: int | None, timeout_s: float = 30) -> int:
+    """The topic's partition count, creating it when missing (one partition unless `partitions` says).
+    `kafka`: bootstrap servers, or a cluster's librdkafka settings."""
+    return Broker(_client(kafka), timeout_s).ensure_topic(topic, partitions)
+
+
+def produce(kafka: str | Mapping[str, str], topic: str, count: int, *, rate: float | None = None,
+            bad_ratio: float = 0.0, key_field: str | None = "user_id", seed: int = 7, now: datetime | None = None,
             on_progress: Callable[[int], None] | None = None) -> Produced:
     """Send `count` events (the same ones for the same seed) and wait until the broker acknowledged all."""
     out = Produced()
@@ -59,6 +64,6 @@ def produce(bootstrap: str, topic: str, count: int, *, rate: float | None = None
             yield key, value
 
     started = time.monotonic()
-    send_records({"bootstrap.servers": bootstrap}, topic, counted(), rate=rate, on_progress=on_progress)
+    send_records(_client(kafka), topic, counted(), rate=rate, on_progress=on_progress)
     out.seconds = time.monotonic() - started
     return out

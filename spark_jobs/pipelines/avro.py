@@ -1,8 +1,11 @@
 """Avro values to JSON text, in Python (fastavro), so Avro and JSON pipelines share one typed path.
 
 `plain`: each value is one Avro datum of the entry's schema. `confluent`: Confluent's wire format, a zero magic
-byte and a 4-byte schema id before the datum (the schema file must be the writer's schema). A value that does
-not decode keeps its bytes and gets a reason in `_avro_error`; it becomes a dead letter.
+byte and a 4-byte schema id before the datum; without a registry the schema file must be the writer's schema,
+with one (`registry`, spark_jobs.pipelines.registry) the id gives the writer's schema and the entry's schema, if
+any, is the reader's, resolved by Avro's rules. A value that does not decode (an unknown id included) keeps its
+bytes and gets a reason in `_avro_error`; it becomes a dead letter. A registry that does not answer fails the
+task instead.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import date, datetime, time
 from decimal import Decimal
 from uuid import UUID
 
 import pyarrow as pa
+
+from spark_jobs.pipelines.registry import UnknownSchemaId, writer_schema
 
 WIRE_FORMATS = ("plain", "confluent")
 
@@ -32,31 +37,41 @@ def _jsonable(v: object) -> object:
     raise TypeError(f"{type(v).__name__} is not JSON serialisable")
 
 
-def to_json(value: bytes, schema, wire_format: str = "plain") -> tuple[bytes | None, str | None]:
-    """(JSON text of the datum, None) or (None, why it did not decode)."""
+def to_json(value: bytes, schema, wire_format: str = "plain",
+            registry: Mapping[str, str] | None = None) -> tuple[bytes | None, str | None]:
+    """(JSON text of the datum, None) or (None, why it did not decode). With `registry`, `schema` is the reader
+    schema (or None: the writer's as it is)."""
     import fastavro
 
+    writer, reader, what = schema, None, "the entry's schema"
     if wire_format == "confluent":
         if len(value) < 5 or value[0] != 0:
             return None, "value is not in Confluent's wire format (no zero magic byte and schema id)"
+        if registry is not None:
+            schema_id = int.from_bytes(value[1:5], "big")
+            try:
+                writer, reader = writer_schema(registry, schema_id), schema
+            except UnknownSchemaId as exc:
+                return None, f"schema id {schema_id} is unknown to the schema registry {registry['url']}: {exc}"[:500]
+            what = f"its writer schema (id {schema_id})" + (" read as the entry's schema" if reader else "")
         value = value[5:]
     buffer = io.BytesIO(value)
     try:
-        datum = fastavro.schemaless_reader(buffer, schema)
-    except Exception as exc:  # noqa: BLE001 - any decoding failure makes a dead letter
-        return None, f"value is not Avro of the entry's schema: {type(exc).__name__}: {exc}"[:500]
+        datum = fastavro.schemaless_reader(buffer, writer, reader)
+    except Exception as exc:  # noqa: BLE001 - any decoding or resolution failure makes a dead letter
+        return None, f"value is not Avro of {what}: {type(exc).__name__}: {exc}"[:500]
     if buffer.tell() != len(value):
-        return None, f"value is not Avro of the entry's schema: {len(value) - buffer.tell()} bytes left over"
+        return None, f"value is not Avro of {what}: {len(value) - buffer.tell()} bytes left over"
     return json.dumps(datum, default=_jsonable, ensure_ascii=False).encode(), None
 
 
-def to_json_batches(batches: Iterator[pa.RecordBatch], schema: dict,
-                    wire_format: str = "plain") -> Iterator[pa.RecordBatch]:
+def to_json_batches(batches: Iterator[pa.RecordBatch], schema: dict | None, wire_format: str = "plain",
+                    registry: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: every column kept, `value` replaced by the datum's JSON, `_avro_error` and `_original`
     (the bytes as they came, for dead letters) added."""
     import fastavro
 
-    parsed = fastavro.parse_schema(schema)
+    parsed = fastavro.parse_schema(schema) if schema is not None else None
     for batch in batches:
         values, errors = [], []
         for value in batch.column("value").to_pylist():
@@ -64,7 +79,7 @@ def to_json_batches(batches: Iterator[pa.RecordBatch], schema: dict,
                 values.append(None)
                 errors.append(None)
                 continue
-            text, error = to_json(value, parsed, wire_format)
+            text, error = to_json(value, parsed, wire_format, registry)
             values.append(value if text is None else text)
             errors.append(error)
         columns = [pa.array(values, pa.binary()) if name == "value" else batch.column(name)

@@ -361,7 +361,11 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     need the spark-avro jar, which PySpark does not ship; the two were not benchmarked against each other."""
     import json as _json
 
-    schema, wire = _json.loads(spec.avro_schema_path.read_text()), spec.avro_wire_format
+    from spark_jobs.pipelines.registry import client_settings
+
+    schema = _json.loads(spec.avro_schema_path.read_text()) if spec.avro_schema else spec.registry_reader_schema
+    wire = spec.wire_format
+    registry = client_settings(spec.schema_registry.url) if spec.schema_registry is not None else None
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     # a new schema: StructType.add would change the input DataFrame's own
@@ -371,6 +375,6 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     def decode(batches: Iterator) -> Iterator:
         from spark_jobs.pipelines.avro import to_json_batches
 
-        yield from to_json_batches(batches, schema, wire)
+        yield from to_json_batches(batches, schema, wire, registry)
 
     return kafka.mapInArrow(decode, out_schema)

@@ -56,7 +56,7 @@ def read(path: Path, required: bool = True) -> dict[str, PipelineSpec]:
         except ValidationError as exc:
             raise JobsFileError(f"{path}: job {name!r}: " + "; ".join(_describe(e) for e in exc.errors())) from None
         spec._folder = path.parent
-        if spec.format == "avro":
+        if spec.avro_schema:
             _check_avro(path, spec)
         out[name] = spec
     return out

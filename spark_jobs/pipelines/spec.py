@@ -142,6 +142,17 @@ class Health(BaseModel):
     max_lag: StrictInt = Field(500_000, ge=0)
 
 
+class SchemaRegistry(BaseModel):
+    """`schema_registry:` of an Avro entry in Confluent's wire format: each value's schema id gives its writer's
+    schema. Credentials never go here: they come from the connection streamfill_schema_registry or the
+    STREAMFILL_SCHEMA_REGISTRY_* settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subject: str | None = Field(None, min_length=1)  # Confluent's default: <topic>-value
+    url: str | None = Field(None, pattern=r"^https?://")  # default: the connection's or the setting's
+
+
 class PipelineSpec(BaseModel):
     """One entry under `jobs:`; `name` is its key."""
 
@@ -154,6 +165,7 @@ class PipelineSpec(BaseModel):
     format: Literal["json", "avro", "raw"] = "json"
     avro_schema: str | None = None
     avro_wire_format: Literal["plain", "confluent"] = "plain"  # confluent: magic byte and schema id first
+    schema_registry: SchemaRegistry | None = None
     columns: dict[str, Column] = Field(default_factory=dict)
     derived: dict[str, str] = Field(default_factory=dict)
     table: str = Field(min_length=1)
@@ -169,6 +181,7 @@ class PipelineSpec(BaseModel):
     health: Health = Health()
 
     _folder: Path | None = PrivateAttr(None)  # the jobs file's folder: avro_schema is relative to it
+    _registry_reader: dict | None = PrivateAttr(None)  # the subject's schema its columns came from (a launch's)
 
     @field_validator("name")
     @classmethod
@@ -234,11 +247,21 @@ class PipelineSpec(BaseModel):
             if self.columns or self.derived:
                 raise ValueError("format raw keeps key, value and headers as they are: remove columns and derived, "
                                  "or use format json or avro")
-        elif not self.columns:
+        elif not self.columns and self.schema_registry is None:
             raise ValueError(f"format {self.format} needs columns: the value's fields, each with a type, e.g. "
                              "columns: {payment_id: {type: string, required: true}}")
-        if self.format == "avro" and not self.avro_schema:
-            raise ValueError("format avro needs avro_schema: the .avsc file, relative to the jobs file")
+        if self.schema_registry is not None:
+            if self.format != "avro":
+                raise ValueError("schema_registry is for Avro values in Confluent's wire format; set format: avro")
+            if "avro_wire_format" in self.model_fields_set and self.avro_wire_format != "confluent":
+                raise ValueError("schema_registry reads Confluent's wire format (magic byte and schema id); remove "
+                                 "avro_wire_format: plain")
+            if self.schema_registry.subject is None and self.topic is None:
+                raise ValueError("schema_registry needs a subject when the entry reads topics or a topic_pattern; "
+                                 "e.g. schema_registry: {subject: payments-value}")
+        elif self.format == "avro" and not self.avro_schema:
+            raise ValueError("format avro needs avro_schema (the .avsc file, relative to the jobs file) or "
+                             "schema_registry (the writer's schema of each value by its id)")
         if self.format != "avro" and self.avro_schema:
             raise ValueError(f"avro_schema is only for format avro, not {self.format}; remove it or set format: avro")
         clash = sorted(set(self.derived) & (set(self.columns) | set(RESERVED) | set(RAW_COLUMNS)))
@@ -249,6 +272,8 @@ class PipelineSpec(BaseModel):
                 raise ValueError(f"derived column name {name!r} is not valid; use letters, digits and _")
         known = self.table_columns()
         missing = [k for k in self.key if k not in known]
+        if self.columns_from_registry:
+            missing = []  # checked again once the subject's schema gives the columns (with_columns)
         if missing:
             raise ValueError(f"key column(s) {', '.join(missing)} are not columns of the table (columns: "
                              f"{', '.join(known)}); name declared columns, e.g. "
@@ -261,6 +286,33 @@ class PipelineSpec(BaseModel):
         """Every column of the target table, in order."""
         own = list(RAW_COLUMNS) if self.format == "raw" else [*self.columns, *self.derived]
         return [*COORDINATES, *own]
+
+    @property
+    def columns_from_registry(self) -> bool:
+        """The entry names a subject instead of columns: its columns are the subject's latest version's fields."""
+        return self.schema_registry is not None and not self.columns
+
+    @property
+    def registry_reader_schema(self) -> dict | None:
+        """The schema a launch took this entry's columns from (with_columns), read as the values' reader schema."""
+        return self._registry_reader
+
+    @property
+    def wire_format(self) -> str:
+        return "confluent" if self.schema_registry is not None else self.avro_wire_format
+
+    @property
+    def registry_subject(self) -> str | None:
+        if self.schema_registry is None:
+            return None
+        return self.schema_registry.subject or f"{self.topic}-value"
+
+    def with_columns(self, columns: dict[str, dict], reader_schema: dict) -> PipelineSpec:
+        """This entry with the columns a registry's schema gives, and that schema as the values' reader schema."""
+        body = self.model_dump(by_alias=True, exclude_unset=True, exclude={"name"})
+        resolved = PipelineSpec(name=self.name, **{**body, "columns": columns})
+        resolved._folder, resolved._registry_reader = self._folder, reader_schema
+        return resolved
 
     @property
     def topics_option(self) -> tuple[str, str]:

@@ -178,7 +178,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
 
     # the stream's table, then its scheduled quality DAG: passes, then fails on rows that break rules
     stream.run(stream.StreamArgs(topic_name, topic_name, f"{topic_name}_events", tmp_path / "ckpt",
-                                 "available-now", None, pipeline="orders"), spark, bootstrap,
+                                 "available-now", None, pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
                stack_settings.offsets_db_url,
                threading.Event())
     ok = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
@@ -335,9 +335,10 @@ def _alive(pids: list[int]) -> list[int]:
 
 @pytest.mark.fault
 def test_the_stream_task_killed_like_airflow_kills_it_leaves_no_spark_job_and_the_retry_ends_exactly_once(
-        api, bootstrap, db):
+        api, bootstrap, db, stack_settings):
     """Airflow's task supervisor stops a task with SIGTERM and, 5 s later, SIGKILL. The Spark job must be gone
-    by then (a survivor would run on beside the retry), and the retry must end exactly-once."""
+    by then (a survivor would run on beside the retry), and the retry must end exactly-once. The stack's Airflow
+    reaches Kafka on its SASL_SSL listener with the connection's credentials only: no argv or log shows them."""
     from spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, "orders", 4)
@@ -361,6 +362,10 @@ def test_the_stream_task_killed_like_airflow_kills_it_leaves_no_spark_job_and_th
     jvm, task = launch
     group = [int(p) for p in subprocess.run(["pgrep", "-g", str(os.getpgid(jvm))], capture_output=True,
                                             text=True).stdout.split()]
+    password = stack_settings.kafka_password_file.read_text().strip()
+    assert "STREAMFILL_KAFKA_SASL_PASSWORD" not in os.environ  # the connection is where the launch got it
+    for pid in group:
+        assert password not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     os.kill(task, signal.SIGTERM)  # what Airflow's supervisor does, then SIGKILL 5 s later
     gone = time.monotonic() + 5
     while _alive([task]) and time.monotonic() < gone:
@@ -373,7 +378,14 @@ def test_the_stream_task_killed_like_airflow_kills_it_leaves_no_spark_job_and_th
     assert not _alive(group), f"processes of the stopped task's Spark job still run: {_alive(group)}"
     assert api.wait(dag, run_id) == "success"
     tis = api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
-    assert tis["task_instances"][0]["try_number"] >= 2  # Airflow's retry restarted it
+    task_instance = tis["task_instances"][0]
+    assert task_instance["try_number"] >= 2  # Airflow's retry restarted it
+    log = json.dumps(api.call("GET", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/"
+                                     f"{task_instance['task_id']}/logs/{task_instance['try_number']}"
+                                     "?full_content=true"))
+    listener = f"Kafka: bootstrap servers {stack_settings.kafka_secured_servers} (SASL_SSL, SASL mechanism "
+    assert listener in log, log[-3000:]
+    assert password not in log
     statuses = [r[0] for r in query(db, "SELECT r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE "
                                         "j.name = 'orders' AND r.airflow_run_id = :r ORDER BY r.id", r=run_id)]
     assert statuses[-1] == "succeeded" and len(statuses) >= 2  # the stopped launch, then the retry

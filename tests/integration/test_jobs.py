@@ -75,7 +75,8 @@ def test_the_stream_lands_exactly_the_valid_events_and_dead_letters_the_bad_ones
     job, table = f"{topic_name}-stream", f"{topic_name}_events"
     args = stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 1500, pipeline="orders")
     reported: list[int] = []
-    summary = stream.run(args, spark, bootstrap, stack_settings.offsets_db_url, threading.Event(),
+    summary = stream.run(args, spark, {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url,
+                         threading.Event(),
                          lambda progress: reported.append(progress["batchId"]))
 
     ids, dead, offsets = landed(db, table, job)
@@ -111,7 +112,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
     # by offsets: [100, 400) of partition 0 and [50, end) of partition 1
     by_offsets = backfill.BackfillArgs(f"{topic_name}-offsets", topic_name, '{"0": 100, "1": 50}', '{"0": 400}',
                                        f"{topic_name}_by_offsets", chunk_size=250, pipeline="orders")
-    summary = backfill.run(by_offsets, spark, bootstrap, url)
+    summary = backfill.run(by_offsets, spark, {"bootstrap.servers": bootstrap}, url)
     want = {(m.partition(), m.offset()) for m in every
             if (m.partition() == 0 and 100 <= m.offset() < 400) or (m.partition() == 1 and m.offset() >= 50)}
     assert landed(db, by_offsets.table, by_offsets.job)[2] == want
@@ -125,7 +126,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
     iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731
     by_times = backfill.BackfillArgs(f"{topic_name}-times", topic_name, iso(base + 300), iso(base + 900),
                                      f"{topic_name}_by_times", chunk_size=10_000, pipeline="orders")
-    backfill.run(by_times, spark, bootstrap, url)
+    backfill.run(by_times, spark, {"bootstrap.servers": bootstrap}, url)
     want = {(m.partition(), m.offset()) for m in every if base + 300 <= m.timestamp()[1] < base + 900}
     assert len(want) == 600
     ids, dead, offsets = landed(db, by_times.table, by_times.job)
@@ -250,12 +251,12 @@ def test_a_backfill_into_a_table_that_does_not_fit_records_nothing_and_runs_once
             (f"{topic_name}_none.events", f"schema {topic_name}_none does not exist. Create it \\(CREATE SCHEMA")):
         args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, chunk_size=200, pipeline="orders")
         with pytest.raises(SinkError, match=message):
-            backfill.run(args, spark, bootstrap, url)
+            backfill.run(args, spark, {"bootstrap.servers": bootstrap}, url)
         assert recorded() == [(0, 0, 0)], f"{table}: nothing recorded, so nothing refuses the right table later"
 
     right = f"{topic_name}_right"
     args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", right, chunk_size=200, pipeline="orders")
-    summary = backfill.run(args, spark, bootstrap, url)
+    summary = backfill.run(args, spark, {"bootstrap.servers": bootstrap}, url)
     assert summary.state == "new" and summary.offsets == 300
     ids, dead, offsets = landed(db, right, job)
     assert set(ids) == valid and dead == set(bad) and len(offsets) == 300
@@ -269,7 +270,7 @@ def test_quality_checks_a_table_in_a_schema_of_its_own(spark, stack_settings, bo
     with db.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
     args = backfill.BackfillArgs(f"{topic_name}-q", topic_name, "earliest", "latest", table, pipeline="orders")
-    backfill.run(args, spark, bootstrap, url)
+    backfill.run(args, spark, {"bootstrap.servers": bootstrap}, url)
     assert query(db, f'SELECT count(*) FROM "{schema}"."Events"') == [(len(valid),)]
     for whole in (False, True):
         outcome = quality.validate(url, table, args.job, pipeline="orders", whole_table=whole)
@@ -345,7 +346,7 @@ def test_the_stream_on_a_standalone_cluster_gives_the_same_table_as_local_mode(
     local, remote = f"{topic_name}_local", f"{topic_name}_cluster"
     stream.run(stream.StreamArgs(f"{topic_name}-local", topic_name, local, tmp_path / "c1", "available-now", 1000,
                                  pipeline="orders"),
-               spark, bootstrap, stack_settings.offsets_db_url, threading.Event())
+               spark, {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url, threading.Event())
     code, out = finish(cli("stream", "--job", f"{topic_name}-cluster", "--topic", topic_name, "--table", remote,
                            "--trigger", "available-now", "--max-offsets-per-trigger", "1000", "--checkpoint",
                            str(tmp_path / "c2"), "--master", standalone_cluster,

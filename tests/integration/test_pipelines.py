@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import traceback
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -26,6 +25,7 @@ from sqlalchemy import text
 
 from spark_jobs import backfill, stream
 from streamfill import REPO_ROOT
+from tests.job_helpers import run_here
 from tests.kafka_helpers import consume_all, create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -175,7 +175,7 @@ def world(stack_settings, bootstrap, spark, tmp_path_factory):
     runs = {key: run_here(jobs, lambda name=name: stream.run(
                 stream.StreamArgs.from_flags(job=name, trigger="available-now", max_offsets_per_trigger=100,
                                              checkpoint=folder / f"ckpt-{name}"),
-                spark, stack_settings.bootstrap_servers, stack_settings.offsets_db_url, threading.Event()))
+                spark, stack_settings.kafka_client(), stack_settings.offsets_db_url, threading.Event()))
             for key, name in names.items()}
     return {"names": names, "jobs": str(jobs), "folder": folder, "expected_dead": expected_dead, "runs": runs,
             "lossy": lossy}
@@ -191,20 +191,9 @@ def backfills(world, spark, stack_settings):
     flags["accounts"] = {"job": names["accounts"], "frm": "earliest", "to": '{"0": 10, "1": 10}'}
     flags["lossy"] = {"job": world["lossy"], "frm": "earliest", "to": "latest"}
     return {key: run_here(world["jobs"], lambda given=given: backfill.run(
-                backfill.BackfillArgs.from_flags(**given), spark, stack_settings.bootstrap_servers,
+                backfill.BackfillArgs.from_flags(**given), spark, stack_settings.kafka_client(),
                 stack_settings.offsets_db_url))
             for key, given in flags.items()}
-
-
-def run_here(jobs: str, job) -> tuple[int, str]:
-    """One job run in the test run's SparkSession with `jobs` as the jobs file: (0, its summary) or (1, the
-    error), as a launch's exit code and output."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("STREAMFILL_JOBS_FILE", str(jobs))
-        try:
-            return 0, repr(job())
-        except Exception:  # noqa: BLE001 - the test that needs this run shows it
-            return 1, traceback.format_exc()
 
 
 def dead_letters(db, job: str) -> dict[bytes, str]:
@@ -339,7 +328,7 @@ def test_schema_evolution_adds_a_column_and_refuses_a_changed_type_before_readin
     def evolve() -> tuple[int, str]:
         args = dict(job=name, trigger="available-now", checkpoint=world["folder"] / f"ckpt-{name}")
         return run_here(str(jobs), lambda: stream.run(stream.StreamArgs.from_flags(**args), spark,
-                                                      stack_settings.bootstrap_servers, stack_settings.offsets_db_url,
+                                                      stack_settings.kafka_client(), stack_settings.offsets_db_url,
                                                       threading.Event()))
 
     code, out = evolve()

@@ -22,6 +22,7 @@ from app.stack.airflow import admin_password, airflow_bin, airflow_env
 from app.stack.kafka import Kafka, fetch_jars
 from app.stack.process import read_pid
 from streamfill import REPO_ROOT
+from streamfill.settings import Settings
 from tests.shared_run import AIRFLOW_GROUP
 
 pytestmark = pytest.mark.integration
@@ -36,7 +37,7 @@ def _free_port() -> int:
 
 def _isolated_env(tmp_path: Path, **ports: int) -> dict[str, str]:
     env = {**os.environ, "STREAMFILL_HOME": str(tmp_path / "stack")}
-    for name in ("PG_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "AIRFLOW_PORT"):
+    for name in (field.upper() for field in Settings.model_fields if field.endswith("_port")):
         env[f"STREAMFILL_{name}"] = str(ports.get(name, _free_port()))
     return env
 
@@ -72,7 +73,7 @@ def test_a_failed_maven_fetch_names_the_artifact_and_version(tmp_path):
     assert not (tmp_path / "libs" / ".complete").exists()
 
 
-def test_up_twice_changes_nothing_and_status_shows_four_healthy_services(stack_settings):
+def test_up_twice_changes_nothing_and_status_shows_every_service_healthy(stack_settings):
     # the claim is about a healthy stack: after a heavy test Airflow's heartbeats may lag for a while
     from app.stack import services
     deadline = time.monotonic() + 180
@@ -88,7 +89,7 @@ def test_up_twice_changes_nothing_and_status_shows_four_healthy_services(stack_s
     status = subprocess.run([*CLI, "stack", "status"], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "COLUMNS": "200"})
     assert status.returncode == 0, status.stdout
-    for name in ("postgres", "kafka", "airflow", "spark"):
+    for name in ("postgres", "kafka", "schema-registry", "airflow", "spark"):
         line = next(ln for ln in status.stdout.splitlines() if f" {name} " in ln)
         assert "healthy" in line and "not" not in line
     assert "login admin at" in status.stdout
@@ -222,11 +223,12 @@ def _listening(pids: set[int]) -> list[tuple[str, int]]:
 
 
 def _stack_pids(settings) -> set[int]:
-    """The postmaster and its backends, and every process of Kafka's and Airflow's process groups."""
+    """The postmaster and its backends, and every process of Kafka's, the registry's and Airflow's process
+    groups."""
     from app.stack.postgres import Postgres
 
-    leaders = {Postgres(settings).pid(), read_pid(settings.home / "run" / "kafka.pid"),
-               read_pid(settings.home / "run" / "airflow.pid")}
+    leaders = {Postgres(settings).pid(), *(read_pid(settings.home / "run" / f"{name}.pid")
+                                           for name in ("kafka", "schema-registry", "airflow"))}
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -265,14 +267,18 @@ def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(
         cur.execute("SELECT rolpassword LIKE 'SCRAM-SHA-256$%%' FROM pg_authid WHERE rolname = %s", (s.db_user,))
         assert cur.fetchone() == (True,)
 
+    tls = s.kafka_ca_file.parent
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (
-        Postgres(s).socket_dir, s.pg_password_file.parent, s.pg_password_file, s.airflow_password_file)}
+        Postgres(s).socket_dir, s.pg_password_file.parent, s.pg_password_file, s.airflow_password_file,
+        s.kafka_password_file, tls, *tls.iterdir())}
     assert modes == {Postgres(s).socket_dir: 0o700, s.pg_password_file.parent: 0o700, s.pg_password_file: 0o600,
-                     s.airflow_password_file: 0o600}
+                     s.airflow_password_file: 0o600, s.kafka_password_file: 0o600, tls: 0o700,
+                     tls / "ca.pem": 0o600, tls / "ca-key.pem": 0o600, tls / "broker.pem": 0o600}
 
     listeners = _listening(_stack_pids(s))
     ports = {port for _, port in listeners}
-    assert {s.pg_port, s.kafka_port, s.kafka_controller_port, s.airflow_port} <= ports, listeners
+    assert {s.pg_port, s.kafka_port, s.kafka_controller_port, s.kafka_sasl_port, s.schema_registry_port,
+            s.airflow_port} <= ports, listeners
     assert [(a, p) for a, p in listeners if a not in (s.host, f"::ffff:{s.host}")] == [], \
         f"every listener of the stack is bound to STREAMFILL_HOST={s.host}"
 

@@ -163,3 +163,7 @@ def test_the_overview_shows_the_lag_now_and_says_when_it_lists_part_of_the_jobs(
     status, html = get(base + "/?limit=1", token)
     assert status == 200 and f"Showing 1 of {total:,} jobs" in html and f'?limit={total}"' in html
     assert "Showing" not in get(base + f"/?limit={total}", token)[1]
+    # the lag came from the stack's SASL_SSL listener with the connection's credentials, which no page shows
+    password = stack_settings.kafka_password_file.read_text().strip()
+    job_page = get(base + "/jobs/orders", token)
+    assert job_page[0] == 200 and password not in html + json.dumps(jobs) + job_page[1]

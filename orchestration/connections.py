@@ -1,0 +1,78 @@
+"""The Airflow connections of a Kafka cluster and of a schema registry, and the settings they stand for.
+
+Connection `streamfill_kafka` (any type; `generic` in the local stack): host and port or the extra
+`bootstrap_servers`; login and password for SASL; the extras `security_protocol`, `sasl_mechanism`,
+`ssl_ca_location`, `ssl_certificate_location`, `ssl_key_location` and `ssl_key_password` (streamfill.kafka_client's
+fields). Connection `streamfill_schema_registry`: the extra `url` (or the host, a URL), login and password.
+Airflow masks the password and any extra named like a secret in its logs and UI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from streamfill.errors import OptionError
+from streamfill.kafka_client import CLIENT_FIELDS, KAFKA_CONNECTION, SASL_MECHANISMS, SECURITY_PROTOCOLS
+
+SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
+_FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
+
+
+def kafka_client(conn) -> dict[str, str]:
+    """librdkafka settings of an Airflow Connection (secrets included: for a client or a job's environment)."""
+    extra = conn.extra_dejson
+    conf = {"bootstrap.servers": str(extra.get("bootstrap_servers") or f"{conn.host}:{conn.port or 9092}")}
+    for field, prop in CLIENT_FIELDS.items():
+        if field != "bootstrap_servers" and extra.get(field) not in (None, ""):
+            conf[prop] = str(extra[field])
+    if conn.login:
+        conf["sasl.username"] = conn.login
+    if conn.password:
+        conf["sasl.password"] = conn.password
+    for field, known in (("security_protocol", SECURITY_PROTOCOLS), ("sasl_mechanism", SASL_MECHANISMS)):
+        prop = CLIENT_FIELDS[field]
+        if prop in conf:
+            if conf[prop].upper() not in known:
+                raise OptionError(f"extra {field} of connection {KAFKA_CONNECTION}", conf[prop],
+                                  f"is not one of {', '.join(known)}", "Fix the connection (Admin > Connections)")
+            conf[prop] = conf[prop].upper()
+    return conf
+
+
+def kafka_connection(conf: Mapping[str, str]) -> dict:
+    """The connection (as AIRFLOW_CONN_* JSON takes it) for librdkafka settings `conf`."""
+    by_prop = {prop: field for field, prop in CLIENT_FIELDS.items()}
+    out: dict = {"conn_type": "generic", "extra": {}}
+    for prop, value in conf.items():
+        if prop in _FROM_LOGIN:
+            out[_FROM_LOGIN[prop]] = value
+        elif prop in by_prop:
+            out["extra"][by_prop[prop]] = value
+    return out
+
+
+def schema_registry_client(conn) -> dict[str, str]:
+    """The registry's client settings (SchemaRegistryClient's names) from its Airflow connection."""
+    url = conn.extra_dejson.get("url") or (conn.host if "://" in (conn.host or "") else
+                                           f"http://{conn.host}:{conn.port or 8081}")
+    conf = {"url": url}
+    if conn.login:
+        conf["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
+    return conf
+
+
+def schema_registry_env(conf: Mapping[str, str]) -> dict[str, str]:
+    """The STREAMFILL_SCHEMA_REGISTRY_* settings of a launched job, for the registry's client settings."""
+    env = {"STREAMFILL_SCHEMA_REGISTRY_URL": conf["url"]} if conf else {}
+    if conf.get("basic.auth.user.info"):
+        user, password = conf["basic.auth.user.info"].split(":", 1)
+        env |= {"STREAMFILL_SCHEMA_REGISTRY_USERNAME": user, "STREAMFILL_SCHEMA_REGISTRY_PASSWORD": password}
+    return env
+
+
+def schema_registry_connection(conf: Mapping[str, str]) -> dict:
+    """The registry's connection (AIRFLOW_CONN_* JSON) for its client settings `conf`."""
+    out: dict = {"conn_type": "generic", "extra": {"url": conf["url"]}}
+    if conf.get("basic.auth.user.info"):
+        out["login"], out["password"] = conf["basic.auth.user.info"].split(":", 1)
+    return out

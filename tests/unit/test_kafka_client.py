@@ -1,0 +1,89 @@
+"""Spark's Kafka security options as librdkafka settings, the refusals' messages, and what stays secret."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka.client import client_config, not_authorized, refusal
+from connectors.kafka.options import parse
+from orchestration.connections import kafka_client, kafka_connection
+from streamfill.errors import OptionError
+from streamfill.kafka_client import redact, settings_env
+
+pytestmark = pytest.mark.unit
+
+SCRAM = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="jobs" password="s3\\"cr=t;";'
+
+
+def test_a_spark_users_security_options_become_librdkafka_settings():
+    conf = client_config({"bootstrap.servers": "b:9094", "security.protocol": "sasl_ssl",
+                          "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": SCRAM,
+                          "ssl.truststore.type": "PEM", "ssl.truststore.location": "/etc/ca.pem",
+                          "ssl.endpoint.identification.algorithm": ""})
+    assert conf == {"bootstrap.servers": "b:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.username": "jobs", "sasl.password": 's3"cr=t;', "ssl.ca.location": "/etc/ca.pem",
+                    "ssl.endpoint.identification.algorithm": "none"}
+    plain = client_config({"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                                               "username='x' password=\"y\";".replace("'x'", '"x"')})
+    assert (plain["sasl.username"], plain["sasl.password"]) == ("x", "y")
+    pem_keystore = client_config({"ssl.keystore.type": "PEM", "ssl.keystore.location": "/k/client.pem"})
+    assert pem_keystore == {"ssl.certificate.location": "/k/client.pem", "ssl.key.location": "/k/client.pem"}
+    assert client_config({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/k/c.p12",
+                          "ssl.keystore.password": "p"}) == {"ssl.keystore.location": "/k/c.p12",
+                                                             "ssl.keystore.password": "p"}
+    source = parse({"kafka.bootstrap.servers": "b:9094", "kafka.sasl.jaas.config": SCRAM, "subscribe": "t"},
+                   streaming=True)
+    assert source.kafka["sasl.username"] == "jobs" and "sasl.jaas.config" not in source.kafka
+
+
+@pytest.mark.parametrize("options, option, words", [
+    ({"security.protocol": "TLS"}, "kafka.security.protocol", "is not one of PLAINTEXT, SSL"),
+    ({"sasl.mechanism": "SCRAM"}, "kafka.sasl.mechanism", "is not one of PLAIN, SCRAM-SHA-256"),
+    ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"},
+     "kafka.sasl.jaas.config", "only PlainLoginModule and ScramLoginModule"),
+    ({"sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\";"},
+     "kafka.sasl.jaas.config", 'has no password="..."'),
+    ({"ssl.truststore.location": "/etc/truststore.jks", "ssl.truststore.password": "changeit"},
+     "kafka.ssl.truststore.location", "keytool -exportcert -rfc"),
+    ({"ssl.keystore.location": "/etc/keystore.jks"}, "kafka.ssl.keystore.location", "PKCS12"),
+])
+def test_settings_librdkafka_cannot_take_are_refused_naming_the_option_and_the_fix(options, option, words):
+    with pytest.raises(OptionError) as err:
+        client_config(options)
+    assert err.value.option == option
+    assert words in str(err.value)
+    assert "changeit" not in str(err.value) and "password=" not in str(err.value.value)
+
+
+def test_refusals_name_the_listener_the_mechanism_and_the_setting_to_fix():
+    conf = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "jobs", "sasl.password": "hunter2"}
+    wrong = refusal(conf, "SASL authentication error: Authentication failed during authentication due to invalid "
+                          "credentials with SASL mechanism SCRAM-SHA-512")
+    assert "bootstrap servers h:9094 (SASL_SSL, SASL mechanism SCRAM-SHA-512, user jobs)" in wrong
+    assert "STREAMFILL_KAFKA_SASL_PASSWORD" in wrong and "hunter2" not in wrong
+    untrusted = refusal(conf, "ssl://h:9094/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+                              "certificate verify failed: broker certificate could not be verified")
+    assert "not trusted" in untrusted and "kafka.ssl.ca.location" in untrusted
+    assert "STREAMFILL_KAFKA_SSL_CA_LOCATION" in untrusted and "extra ssl_ca_location" in untrusted
+    assert refusal(conf, "Connection refused") is None
+    denied = not_authorized(conf, "payments", "read")
+    assert "user jobs may not read topic 'payments'" in denied and "--operation Read --topic payments" in denied
+
+
+def test_secrets_are_redacted_and_an_airflow_connection_round_trips():
+    conf = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "jobs", "sasl.password": "hunter2", "ssl.ca.location": "/ca.pem",
+            "ssl.key.password": "k3y"}
+    assert "hunter2" not in str(redact(conf)) and "k3y" not in str(redact(conf))
+    assert redact(conf)["sasl.username"] == "jobs"
+
+    class Connection:  # the attributes of airflow.models.Connection the mapping reads
+        def __init__(self, d: dict) -> None:
+            self.host, self.port = d.get("host"), d.get("port")
+            self.login, self.password, self.extra_dejson = d.get("login"), d.get("password"), d["extra"]
+
+    assert kafka_client(Connection(kafka_connection(conf))) == conf
+    assert settings_env(conf)["STREAMFILL_KAFKA_SASL_PASSWORD"] == "hunter2"
+    with pytest.raises(OptionError, match="extra security_protocol of connection streamfill_kafka"):
+        kafka_client(Connection({"extra": {"bootstrap_servers": "h:1", "security_protocol": "TLS"}}))
