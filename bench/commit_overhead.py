@@ -22,7 +22,7 @@ import uuid
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from app.stack.postgres import admin_url
 from connectors.postgres import stage, target
@@ -217,7 +217,7 @@ def main() -> None:
     admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
-    url = s.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"
+    url = make_url(s.offsets_db_url).set(database=name).render_as_string(hide_password=False)
     try:
         upgrade(url)
         if args.only in (None, "commit"):

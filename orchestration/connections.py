@@ -15,6 +15,7 @@ from streamfill.errors import OptionError
 from streamfill.kafka_client import CLIENT_FIELDS, KAFKA_CONNECTION, SASL_MECHANISMS, SECURITY_PROTOCOLS
 
 SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
+PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
 
 
@@ -76,3 +77,26 @@ def schema_registry_connection(conf: Mapping[str, str]) -> dict:
     if conf.get("basic.auth.user.info"):
         out["login"], out["password"] = conf["basic.auth.user.info"].split(":", 1)
     return out
+
+
+def postgres_url(conn) -> str:
+    """The SQLAlchemy URL (password included) of the Airflow connection `streamfill_postgres`, with libpq's TLS
+    settings from its extras (`sslmode: verify-full`, `sslrootcert: /path/ca.pem`)."""
+    from sqlalchemy import URL
+
+    extra = conn.extra_dejson
+    query = {k: str(extra[k]) for k in PG_TLS_EXTRAS if extra.get(k)}
+    return URL.create("postgresql+psycopg2", username=conn.login or None, password=conn.password or None,
+                      host=conn.host, port=conn.port, database=conn.schema, query=query
+                      ).render_as_string(hide_password=False)
+
+
+def postgres_connection(url: str) -> dict:
+    """The connection (AIRFLOW_CONN_* JSON) for a SQLAlchemy URL, its TLS query as extras."""
+    from sqlalchemy import make_url
+
+    db = make_url(url)
+    out = {"conn_type": "postgres", "host": db.host, "port": db.port or 5432, "schema": db.database,
+           "login": db.username, "password": db.password,
+           "extra": {k: v for k, v in db.query.items() if k in PG_TLS_EXTRAS}}
+    return {k: v for k, v in out.items() if v not in (None, {})}

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import URL
-
 from offsets_db import queries
 from offsets_db.engine import make_engine
 from orchestration.connections import (
     SCHEMA_REGISTRY_CONNECTION,
     kafka_client,
+    postgres_url,
     schema_registry_client,
     schema_registry_env,
 )
@@ -86,9 +85,7 @@ def endpoints() -> Endpoints:
     from airflow.sdk import BaseHook, Variable
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    pg = BaseHook.get_connection(POSTGRES_CONN)
-    url = URL.create("postgresql+psycopg2", username=pg.login or None, password=pg.password or None,
-                     host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
+    url = postgres_url(BaseHook.get_connection(POSTGRES_CONN))
     kafka = kafka_client(BaseHook.get_connection(KAFKA_CONN))
     try:
         registry = schema_registry_client(BaseHook.get_connection(SCHEMA_REGISTRY_CONNECTION))

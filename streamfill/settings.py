@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -15,6 +16,7 @@ from streamfill.kafka_client import CLIENT_FIELDS, SASL_MECHANISMS, SECURITY_PRO
 
 AIRFLOW_USER = "admin"
 KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener
+PgSslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]  # libpq's
 
 
 class Settings(BaseSettings):
@@ -33,6 +35,8 @@ class Settings(BaseSettings):
     db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    pg_sslmode: PgSslMode | None = Field(None, description="libpq's sslmode for the local stack's databases; "
+                                         "verify-ca and verify-full trust the stack's CA")
     pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")
     kafka_sasl_port: int = Field(9094, ge=1, le=65535, description="the local broker's SASL_SSL listener")
     kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
@@ -91,7 +95,11 @@ class Settings(BaseSettings):
         """A database of the local stack's PostgreSQL, as db_user with its password (TCP needs it)."""
         password = self.db_password()
         auth = self.db_user + (f":{quote(password, safe='')}" if password else "")
-        return f"postgresql+psycopg2://{auth}@{self.host}:{self.pg_port}/{database}"
+        url = f"postgresql+psycopg2://{auth}@{self.host}:{self.pg_port}/{database}"
+        if self.pg_sslmode is None:
+            return url
+        root = f"&sslrootcert={quote(str(self.ca_file))}" if self.pg_sslmode.startswith("verify") else ""
+        return f"{url}?sslmode={self.pg_sslmode}{root}"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -112,9 +120,14 @@ class Settings(BaseSettings):
         return f"{self.host}:{self.kafka_sasl_port}"
 
     @property
-    def kafka_ca_file(self) -> Path:
-        """The local stack's CA certificate, which signed its broker's (PEM, generated at first start)."""
-        return self.home / "kafka" / "tls" / "ca.pem"
+    def tls_dir(self) -> Path:
+        """The local stack's CA and the certificates it signed for its broker and its PostgreSQL (0700)."""
+        return self.home / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The local stack's CA certificate (PEM, generated at first start): clients of its services trust it."""
+        return self.tls_dir / "ca.pem"
 
     @property
     def kafka_password_file(self) -> Path:
@@ -126,7 +139,7 @@ class Settings(BaseSettings):
         return {"bootstrap.servers": self.kafka_secured_servers, "security.protocol": "SASL_SSL",
                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": KAFKA_JOBS_USER,
                 "sasl.password": self.kafka_password_file.read_text().strip(),
-                "ssl.ca.location": str(self.kafka_ca_file)}
+                "ssl.ca.location": str(self.ca_file)}
 
     @property
     def local_schema_registry_url(self) -> str:

@@ -25,6 +25,10 @@ if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ.get("SPARK_SUBMIT_OPTS", ""),
                                                 "-XX:TieredStopAtLevel=1"]).strip()
 
+# Every connection of the run to the stack's PostgreSQL (tests, CLI launches, Airflow's metadata, its connection
+# and tasks, the page) verifies the server's certificate against the stack's CA, as a team's database would ask.
+os.environ.setdefault("STREAMFILL_PG_SSLMODE", "verify-full")
+
 ISSUED: list[str] = []  # every name `topic_name` gave out: the run removes what tests made under them
 STATE: dict = {}  # this process's part of the run: whether it started the stack, the newest job id before its tests
 REPORTS: list[dict] = []  # the controller's collection of every worker's STATE (tests/shared_run.py)

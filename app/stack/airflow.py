@@ -15,7 +15,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from sqlalchemy import make_url
 
 from app.stack.kafka import ensure_secrets
 from app.stack.pidfile import cmdline, pid_alive
@@ -23,7 +22,12 @@ from app.stack.process import UMASK, children, spawn, wait_until
 from app.stack.secret_file import ensure_secret, generate_password
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
-from orchestration.connections import SCHEMA_REGISTRY_CONNECTION, kafka_connection, schema_registry_connection
+from orchestration.connections import (
+    SCHEMA_REGISTRY_CONNECTION,
+    kafka_connection,
+    postgres_connection,
+    schema_registry_connection,
+)
 from streamfill.errors import AirflowError
 from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.settings import AIRFLOW_USER as ADMIN
@@ -97,10 +101,7 @@ def kafka_client(settings: Settings) -> dict[str, str]:
 
 def connections(settings: Settings) -> dict[str, str]:
     """The Airflow connections and variable the DAGs use, as AIRFLOW_CONN_* / AIRFLOW_VAR_* (never in DAG code)."""
-    db = make_url(settings.offsets_db_url)
-    pg = {"conn_type": "postgres", "host": db.host, "port": db.port or 5432, "schema": db.database,
-          "login": db.username, "password": db.password}
-    return {"AIRFLOW_CONN_STREAMFILL_POSTGRES": json.dumps({k: v for k, v in pg.items() if v is not None}),
+    return {"AIRFLOW_CONN_STREAMFILL_POSTGRES": json.dumps(postgres_connection(settings.offsets_db_url)),
             f"AIRFLOW_CONN_{KAFKA_CONNECTION.upper()}": json.dumps(kafka_connection(kafka_client(settings))),
             f"AIRFLOW_CONN_{SCHEMA_REGISTRY_CONNECTION.upper()}": json.dumps(
                 schema_registry_connection(settings.schema_registry())),

@@ -18,7 +18,7 @@ from app.stack.postgres import install_os_packages
 from app.stack.process import spawn, wait_until
 from app.stack.secret_file import ensure_secret, generate_password, private_dir
 from app.stack.service import ProcessGroupService, Status
-from app.stack.tls import ensure_server_pem
+from app.stack.tls import ensure_server_pem, stack_hosts
 from streamfill import REPO_ROOT
 from streamfill.errors import StackError
 from streamfill.settings import KAFKA_JOBS_USER, Settings
@@ -53,11 +53,10 @@ def fetch_jars(pom: Path, dest: Path) -> None:
 
 def ensure_secrets(settings: Settings) -> Path:
     """The SASL_SSL listener's secrets, made at first start: the jobs user's password, the stack's CA and the
-    broker's key and certificate (for settings.host, 127.0.0.1 and localhost). The broker's PEM file."""
+    broker's key and certificate (for stack_hosts). The broker's PEM file."""
     private_dir(settings.kafka_password_file.parent)
     ensure_secret(settings.kafka_password_file, generate_password)
-    hosts = list(dict.fromkeys([settings.host, "127.0.0.1", "localhost"]))
-    return ensure_server_pem(settings.kafka_ca_file.parent, "broker", hosts)
+    return ensure_server_pem(settings.tls_dir, "kafka", stack_hosts(settings))
 
 
 class Kafka(ProcessGroupService):
@@ -201,4 +200,4 @@ class Kafka(ProcessGroupService):
         s = self.settings
         return Status(self.name, s.bootstrap_servers, pid, pid is not None, pid is not None and self.healthy(),
                       self.log, f"KRaft combined mode, Kafka {kafka_version()}; SASL_SSL (SCRAM-SHA-512, user "
-                      f"{KAFKA_JOBS_USER}, CA {s.kafka_ca_file}) on {s.kafka_secured_servers}")
+                      f"{KAFKA_JOBS_USER}, CA {s.ca_file}) on {s.kafka_secured_servers}")

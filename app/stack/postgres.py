@@ -22,8 +22,9 @@ from app.stack.logrotate import MAX_BYTES, prune, rotate
 from app.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
 from app.stack.pidfile import cmdline, pid_alive
 from app.stack.process import wait_until
-from app.stack.secret_file import ensure_secret, generate_password, private_dir
+from app.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
 from app.stack.service import Service, Status
+from app.stack.tls import ensure_server_pem, split_pem, stack_hosts
 from streamfill.errors import StackError
 from streamfill.settings import Settings
 
@@ -138,6 +139,20 @@ class Postgres(Service):
             self._run([self._bin("initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth-local=peer",
                        "--auth-host=scram-sha-256", "-E", "UTF8"], "initdb")
         self._write_auth()
+        self._write_tls(owner)
+
+    def _write_tls(self, owner: tuple[int, int] | None) -> None:
+        """The server's key and certificate, signed by the stack's CA, where `ssl_cert_file` and `ssl_key_file`
+        point: in the data directory, 0600, the server's OS user's (PostgreSQL refuses a key others may read)."""
+        key, chain = split_pem(ensure_server_pem(self.settings.tls_dir, "postgres", stack_hosts(self.settings)))
+        for name, text in (("server.key", key), ("server.crt", chain)):
+            path = self.data_dir / name
+            if path.exists() and path.read_text() == text:
+                continue
+            path.unlink(missing_ok=True)
+            write_private(path, text)
+            if owner is not None:
+                os.chown(path, *owner)
 
     def socket_users(self) -> list[str]:
         """The OS users the socket admits: this one and the server's (`postgres` when run as root)."""
@@ -212,7 +227,9 @@ class Postgres(Service):
         # sized for bulk loads on a workstation: Postgres' defaults (128 MB buffers, 1 GB of WAL between
         # checkpoints) make every large micro-batch wait for checkpoints
         settings = {"listen_addresses": s.host, "unix_socket_permissions": "0700",
-                    "log_directory": str(self.server_logs), **LOGGING, **PG_TUNING}
+                    "log_directory": str(self.server_logs), "ssl": "on",
+                    "ssl_cert_file": str(self.data_dir / "server.crt"),
+                    "ssl_key_file": str(self.data_dir / "server.key"), **LOGGING, **PG_TUNING}
         opts = f"-p {s.pg_port} -k {self.socket_dir} " + " ".join(f"-c {k}={v}" for k, v in settings.items())
         self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log), "-o", opts,
                    "-w", "-t", str(int(s.start_timeout)), "start"], "start")
@@ -242,8 +259,13 @@ class Postgres(Service):
         private_dir(self.socket_dir)
         conn = self._connect()
         conn.autocommit = True
+        notes = []
         try:
             with conn.cursor() as cur:
+                cur.execute("SHOW ssl")
+                if cur.fetchone()[0] != "on":  # a server an older stack started
+                    notes.append("TLS (its certificate signed by the stack's CA) applies from its next start "
+                                 "(`streamfill stack down` then `streamfill stack up`)")
                 verifier = encrypt_password(self.password(), s.db_user, conn, "scram-sha-256")
                 cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (s.db_user,))
                 verb = "ALTER" if cur.fetchone() else "CREATE"
@@ -255,7 +277,7 @@ class Postgres(Service):
                         cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
                             sql.Identifier(db), sql.Identifier(s.db_user)))
                 if not self._write_auth():
-                    return []
+                    return notes
                 cur.execute("SELECT pg_reload_conf()")
                 cur.execute("SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL")
                 errors = cur.fetchall()
@@ -267,12 +289,12 @@ class Postgres(Service):
         finally:
             conn.close()
         if not was_trust:
-            return []
+            return notes
         return ["trust authentication replaced: TCP now needs the password of "
                 f"{s.db_user} (in {s.pg_password_file}), the socket only admits "
                 f"{', '.join(self.socket_users())}"
                 ] + (["its socket and log settings apply from its next start (`streamfill stack down` then "
-                      "`streamfill stack up`)"] if restart else [])
+                      "`streamfill stack up`)"] if restart else []) + notes
 
     def _read(self, name: str) -> str:
         try:

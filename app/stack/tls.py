@@ -20,6 +20,11 @@ from app.stack.secret_file import private_dir, write_private
 VALID_DAYS = 3650
 
 
+def stack_hosts(settings) -> list[str]:
+    """The names a certificate of the local stack is for: STREAMFILL_HOST, 127.0.0.1 and localhost."""
+    return list(dict.fromkeys([settings.host, "127.0.0.1", "localhost"]))
+
+
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption()).decode()
@@ -57,6 +62,13 @@ def ensure_ca(directory: Path) -> tuple[Path, Path]:
     write_private(key_file, _key_pem(key))
     write_private(cert_file, _cert_pem(cert))
     return cert_file, key_file
+
+
+def split_pem(pem: Path) -> tuple[str, str]:
+    """(private key, certificate chain) of a file ensure_server_pem made."""
+    text = pem.read_text()
+    at = text.index("-----BEGIN CERTIFICATE-----")
+    return text[:at], text[at:]
 
 
 def ensure_server_pem(directory: Path, name: str, hosts: list[str]) -> Path:

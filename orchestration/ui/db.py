@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import threading
 
-from sqlalchemy import URL, Engine
+from sqlalchemy import Engine
 
 from offsets_db.engine import make_engine
-from orchestration.connections import kafka_client
+from orchestration.connections import kafka_client, postgres_url
 from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
 from streamfill.errors import StreamfillError
 from streamfill.settings import get_settings
@@ -40,8 +40,7 @@ def database_url() -> str:
     pg, url = _connection(POSTGRES_CONN, "STREAMFILL_DB_URL")
     if pg is None:
         return url
-    return URL.create("postgresql+psycopg2", username=pg.login or None, password=pg.password or None,
-                      host=pg.host, port=pg.port, database=pg.schema).render_as_string(hide_password=False)
+    return postgres_url(pg)
 
 
 def kafka() -> dict[str, str]:

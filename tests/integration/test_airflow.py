@@ -173,7 +173,8 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     # a from after to is refused by the validation task, before Spark
     bad = airflow(stack_settings, "dags", "test", "streamfill_replay", "-c",
                   json.dumps({"job": topic_name, "from": '{"0": 300}', "to": '{"0": 200}'}), jobs=jobs_file)
-    assert bad.returncode != 0 and "start offset 300 > end offset 200" in bad.stdout + bad.stderr
+    assert bad.returncode != 0 and "start offset 300 > end offset 200" in bad.stdout + bad.stderr, \
+        (bad.stdout + bad.stderr)[-8000:]
     assert query(db, "SELECT count(*) FROM jobs WHERE name LIKE :j", j=f"{topic_name}.replay.%") == [(1,)]
 
     # the stream's table, then its scheduled quality DAG: passes, then fails on rows that break rules

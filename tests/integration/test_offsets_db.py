@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
 from app.stack.postgres import admin_url
@@ -30,7 +30,7 @@ def fresh_db(stack_settings):
     admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
-    url = stack_settings.offsets_db_url.rsplit("/", 1)[0] + f"/{name}"
+    url = make_url(stack_settings.offsets_db_url).set(database=name).render_as_string(hide_password=False)
     yield url
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))

@@ -262,18 +262,34 @@ def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(
     with closing(psycopg2.connect(user=s.db_user, password=password, **tcp)) as conn, conn.cursor() as cur:
         cur.execute("SELECT current_user")
         assert cur.fetchone() == (s.db_user,)
+    # TLS: the server's certificate is the stack CA's, for its host; another CA's clients refuse it
+    verified = dict(tcp, user=s.db_user, password=password, sslmode="verify-full", sslrootcert=str(s.ca_file))
+    with closing(psycopg2.connect(**verified)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        assert cur.fetchone() == (True,)
+    from app.stack.tls import ensure_ca
+
+    other_ca, _ = ensure_ca(tmp_path / "other-ca")
+    with pytest.raises(psycopg2.OperationalError, match="certificate verify failed"):
+        psycopg2.connect(**dict(verified, sslrootcert=str(other_ca)))
     with closing(psycopg2.connect(host=str(Postgres(s).socket_dir), port=s.pg_port, user="postgres",
                                   dbname="postgres")) as conn, conn.cursor() as cur:  # peer, as the stack's OS user
+        # every TCP client of the stack (Airflow's components, its tasks, the page, the tests) came over TLS
+        cur.execute("SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) FROM pg_stat_activity a "
+                    "JOIN pg_stat_ssl s USING (pid) WHERE a.client_addr IS NOT NULL")
+        over_tls, plain = cur.fetchone()
+        assert over_tls > 0 and plain == 0, (over_tls, plain)
         cur.execute("SELECT rolpassword LIKE 'SCRAM-SHA-256$%%' FROM pg_authid WHERE rolname = %s", (s.db_user,))
         assert cur.fetchone() == (True,)
 
-    tls = s.kafka_ca_file.parent
+    tls = s.tls_dir
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (
         Postgres(s).socket_dir, s.pg_password_file.parent, s.pg_password_file, s.airflow_password_file,
         s.kafka_password_file, tls, *tls.iterdir())}
     assert modes == {Postgres(s).socket_dir: 0o700, s.pg_password_file.parent: 0o700, s.pg_password_file: 0o600,
                      s.airflow_password_file: 0o600, s.kafka_password_file: 0o600, tls: 0o700,
-                     tls / "ca.pem": 0o600, tls / "ca-key.pem": 0o600, tls / "broker.pem": 0o600}
+                     tls / "ca.pem": 0o600, tls / "ca-key.pem": 0o600, tls / "kafka.pem": 0o600,
+                     tls / "postgres.pem": 0o600}
 
     listeners = _listening(_stack_pids(s))
     ports = {port for _, port in listeners}

@@ -24,7 +24,7 @@ import psycopg2
 import psycopg2.errors
 import pyarrow as pa
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from app.stack.postgres import admin_url
 from connectors.spark import hold_job, postgres_sink
@@ -238,7 +238,8 @@ def test_rows_a_user_deletes_while_batches_commit_stay_deleted(stack_settings, t
 def test_commits_go_on_while_a_reader_holds_the_table_and_wait_out_a_users_lock_without_failing(
         stack_settings, topic_name, monkeypatch):
     monkeypatch.setenv("STREAMFILL_PG_LOCK_TIMEOUT", "2s")
-    url = f"{stack_settings.offsets_db_url}?application_name={topic_name}"  # a connection pool of its own
+    url = make_url(stack_settings.offsets_db_url).update_query_dict(  # a connection pool of its own
+        {"application_name": topic_name}).render_as_string(hide_password=False)
     job, table = f"{topic_name}-rd", f"{topic_name}_rd"
     store, lease = held(url, job)
     probe = Probe(url, table)

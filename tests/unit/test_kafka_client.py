@@ -87,3 +87,20 @@ def test_secrets_are_redacted_and_an_airflow_connection_round_trips():
     assert settings_env(conf)["STREAMFILL_KAFKA_SASL_PASSWORD"] == "hunter2"
     with pytest.raises(OptionError, match="extra security_protocol of connection streamfill_kafka"):
         kafka_client(Connection({"extra": {"bootstrap_servers": "h:1", "security_protocol": "TLS"}}))
+
+
+def test_the_postgres_connection_carries_libpq_tls_settings_both_ways():
+    from sqlalchemy import make_url
+
+    from orchestration.connections import postgres_connection, postgres_url
+
+    url = ("postgresql+psycopg2://jobs:p%40ss@db.example.com:6432/warehouse?sslmode=verify-full"
+           "&sslrootcert=/etc/ssl/ca.pem")
+    conn = postgres_connection(url)
+    assert conn["extra"] == {"sslmode": "verify-full", "sslrootcert": "/etc/ssl/ca.pem"} and conn["password"] == "p@ss"
+
+    class Connection:  # the attributes of airflow.models.Connection the mapping reads
+        host, port, schema, login, password = "db.example.com", 6432, "warehouse", "jobs", "p@ss"
+        extra_dejson = conn["extra"]
+
+    assert make_url(postgres_url(Connection())) == make_url(url)

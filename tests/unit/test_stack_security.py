@@ -62,6 +62,7 @@ def test_the_stack_urls_carry_the_password_from_the_environment_or_else_the_file
     monkeypatch.delenv("STREAMFILL_PG_PASSWORD", raising=False)
     monkeypatch.delenv("STREAMFILL_DB_URL", raising=False)
     monkeypatch.delenv("STREAMFILL_PG_PORT", raising=False)
+    monkeypatch.delenv("STREAMFILL_PG_SSLMODE", raising=False)
     settings = Settings(home=tmp_path, pg_port=5442)
     assert settings.offsets_db_url == "postgresql+psycopg2://streamfill@127.0.0.1:5442/streamfill"
     private_dir(settings.pg_password_file.parent)
@@ -73,3 +74,6 @@ def test_the_stack_urls_carry_the_password_from_the_environment_or_else_the_file
     from_env = Settings()
     assert from_env.offsets_db_url == "postgresql+psycopg2://streamfill:from%20env%2F%40%3A@127.0.0.1:5432/streamfill"
     assert "from env" not in repr(from_env)
+    monkeypatch.setenv("STREAMFILL_PG_SSLMODE", "verify-full")  # libpq checks the server against the stack's CA
+    assert Settings().airflow_db_url == ("postgresql+psycopg2://streamfill:from%20env%2F%40%3A@127.0.0.1:5432/airflow"
+                                         f"?sslmode=verify-full&sslrootcert={tmp_path}/tls/ca.pem")

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.unit
 
 def test_settings_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("STREAMFILL_PG_PASSWORD", raising=False)
+    monkeypatch.delenv("STREAMFILL_PG_SSLMODE", raising=False)
     monkeypatch.setenv("STREAMFILL_KAFKA_PORT", "19092")
     monkeypatch.setenv("STREAMFILL_HOME", str(tmp_path))
     s = Settings()
