@@ -150,12 +150,26 @@ def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None
             .trigger(**parse_trigger(args.trigger)).start())
 
 
+def check_access(args: StreamArgs, kafka: Mapping[str, str]) -> None:
+    """The cluster takes the launch's credentials and lets its user read the topics it names (a pattern's are
+    checked as the source plans them): a refusal comes before a table is made or the job recorded."""
+    from connectors.kafka.broker import Broker
+
+    broker = Broker(kafka)
+    broker.topics()
+    kind, topics = ("subscribe", args.topic) if args.topic else args.spec.topics_option
+    if kind == "subscribe":
+        broker.require([t for t in topics.split(",") if t], "read")
+
+
 def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,
         on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
     """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches.
 
-    Everything is checked first (the table included); then the launch takes the job (refused, or waiting
-    with --wait-for-job, while another launch holds it) and holds it until the query has stopped."""
+    Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
+    takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
+    the query has stopped."""
+    check_access(args, kafka)
     query_plan(spark, args, kafka, url)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")

@@ -32,9 +32,10 @@ from confluent_kafka.admin import (
 from sqlalchemy import text
 
 from connectors.kafka.broker import Broker
-from spark_jobs import backfill
+from spark_jobs import backfill, stream
 from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
+from streamfill.errors import BrokerError
 from streamfill.kafka_client import settings_env
 from streamfill.partitions import TopicPartition
 
@@ -179,7 +180,7 @@ def backfill_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
 
 
 def test_a_wrong_password_a_missing_acl_and_an_untrusted_certificate_are_refused_before_anything_is_recorded(
-        spark, stack_settings, secured, db, topic_name, limited_user):
+        spark, stack_settings, secured, db, topic_name, limited_user, tmp_path):
     ensure_topic(secured, topic_name, 1)
     produce(secured, topic_name, 10, seed=5)
     flags = ("--topic", topic_name, "--table", f"{topic_name}_refused", "--from", "earliest", "--to", "latest",
@@ -200,11 +201,17 @@ def test_a_wrong_password_a_missing_acl_and_an_untrusted_certificate_are_refused
     code, out = backfill_cli(settings_env(untrusted), "--job", f"{topic_name}-c", *flags)
     assert code == 1 and "not trusted" in out and "STREAMFILL_KAFKA_SSL_CA_LOCATION" in out, out[-2000:]
 
+    # a stream: refused before its table is made or its job recorded
+    limited = {**secured, "sasl.username": user, "sasl.password": password}
+    with pytest.raises(BrokerError, match=f"user {user} may not read topic '{topic_name}'"):
+        stream.run(stream.StreamArgs(f"{topic_name}-d", topic_name, f"{topic_name}_refused", tmp_path / "ckpt",
+                                     "available-now", None, pipeline="orders"), spark, limited,
+                   stack_settings.offsets_db_url, threading.Event())
     # a Spark user's read: refused on the driver, before any task
     with pytest.raises(Exception, match=f"user {user} may not read topic '{topic_name}'"):
         (spark.read.format("streamfill_kafka").options(**{f"kafka.{k}": v for k, v in secured.items()})
          .option("kafka.sasl.username", user).option("kafka.sasl.password", password)
          .option("subscribe", topic_name).load().count())
-    names = [f"{topic_name}-{x}" for x in "abc"]
+    names = [f"{topic_name}-{x}" for x in "abcd"]
     assert query(db, "SELECT count(*) FROM jobs WHERE name = ANY(:n)", n=names) == [(0,)]
     assert query(db, "SELECT to_regclass(:t) IS NULL", t=f"{topic_name}_refused") == [(True,)]
