@@ -160,8 +160,7 @@ def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Wi
     """--from/--to to concrete ranges, every check made against the broker before Spark starts."""
     frm = parse_spec(args.frm, "--from", args.topic)
     to = parse_spec(args.to, "--to", args.topic)
-    topics = broker.topics()
-    broker.require([args.topic], "read")
+    topics = broker.readable([args.topic])
     parts = [TopicPartition(args.topic, p) for p in range(topics.get(args.topic, 0))]
     watermarks = broker.watermarks(parts) if parts else {}
     return resolve_window(args.topic, topics.get(args.topic), watermarks, broker.offsets_for_times, frm, to,

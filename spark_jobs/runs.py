@@ -101,8 +101,8 @@ def say_where(spark, settings: Settings) -> None:
 
 
 def kafka_options(kafka: Mapping[str, str]) -> dict[str, str]:
-    """The cluster's client settings as the data sources' `kafka.*` options. Spark redacts the values of
-    options named like a secret (spark.redaction.regex) wherever it shows a plan."""
+    """The cluster's client settings as the data sources' `kafka.*` options. A plan's text shows their values
+    except those spark.redaction.regex and the session's spark.sql.redaction.options.regex name."""
     return {f"kafka.{key}": value for key, value in kafka.items()}
 
 

@@ -77,6 +77,11 @@ class StreamArgs:
         columns of the subject's latest version, looked up once, here."""
         return registry.resolved(self.entry)
 
+    @property
+    def subscription(self) -> tuple[str, str]:
+        """The source's subscription option: --topic, else the entry's (entry.topics_option)."""
+        return ("subscribe", self.topic) if self.topic else self.spec.topics_option
+
     @classmethod
     def from_flags(cls, *, job: str, topic: str | None = None, table: str | None = None,
                    checkpoint: str | Path | None = None, trigger: str | None = None,
@@ -125,9 +130,8 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
 
     register(spark)
     spec = args.spec
-    subscription = ("subscribe", args.topic) if args.topic else spec.topics_option
     reader = (spark.readStream.format("streamfill_kafka")
-              .options(**kafka_options(kafka)).option(*subscription)
+              .options(**kafka_options(kafka)).option(*args.subscription)
               .option("includeHeaders", str(spec.format == "raw").lower())
               .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url)
               .options(**reader_options(spec)))
@@ -155,11 +159,8 @@ def check_access(args: StreamArgs, kafka: Mapping[str, str]) -> None:
     checked as the source plans them): a refusal comes before a table is made or the job recorded."""
     from connectors.kafka.broker import Broker
 
-    broker = Broker(kafka)
-    broker.topics()
-    kind, topics = ("subscribe", args.topic) if args.topic else args.spec.topics_option
-    if kind == "subscribe":
-        broker.require([t for t in topics.split(",") if t], "read")
+    kind, topics = args.subscription
+    Broker(kafka).readable([t for t in topics.split(",") if t] if kind == "subscribe" else [])
 
 
 def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,

@@ -33,14 +33,17 @@ def fetch_release(dest: Path, base: str = MAVEN_CENTRAL) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest / "release.tar.gz"
     url = f"{base}/{ARTIFACT}"
+    sha1 = hashlib.sha1()
     try:
         expected = urllib.request.urlopen(f"{url}.sha1", timeout=60).read().decode().split()[0]
         with urllib.request.urlopen(url, timeout=600) as response, archive.open("wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+            while chunk := response.read(1 << 20):
+                sha1.update(chunk)
+                out.write(chunk)
     except (urllib.error.URLError, OSError) as exc:
         raise StackError(f"downloading Apicurio Registry {APICURIO_VERSION} from {url} failed: {exc}. Check "
                          "that Maven Central is reachable (an HTTPS proxy goes in HTTPS_PROXY)") from None
-    digest = hashlib.sha1(archive.read_bytes()).hexdigest()
+    digest = sha1.hexdigest()
     if digest != expected:
         archive.unlink()
         raise StackError(f"{url} has SHA-1 {digest}, Maven Central says {expected}: the download was damaged; "

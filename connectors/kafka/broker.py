@@ -4,7 +4,7 @@ that writes a consumer group's committed offsets (`commitToGroup`), and the one 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -48,9 +48,7 @@ class Broker:
 
     def _fail(self, what: str, exc: BaseException, started: float) -> BrokerError:
         self._admin.poll(0)  # serves error_cb: an authentication or TLS refusal says more than the timeout
-        if self._refused:
-            return BrokerError(f"{what} failed: {self._refused}")
-        self._refused = refusal(self.kafka, str(exc))
+        self._refused = self._refused or refusal(self.kafka, str(exc))
         if self._refused:
             return BrokerError(f"{what} failed: {self._refused}")
         return BrokerError(f"{what} failed after {time.monotonic() - started:.1f} s against "
@@ -71,7 +69,14 @@ class Broker:
                     raise self._fail("listing topics", exc, started) from None
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
-    def require(self, topics: list[str], operation: str) -> None:
+    def readable(self, topics: Sequence[str]) -> TopicMetadata:
+        """topics() once the login is accepted and the user may read each of `topics` (a topic the authorizer
+        hides is named as such, not as unknown)."""
+        metadata = self.topics()  # first: a refused login or certificate fails here at once
+        self.require(topics, "read")
+        return metadata
+
+    def require(self, topics: Sequence[str], operation: str) -> None:
         """Refuse, naming the topic and the missing ACL operation, when the broker's authorizer does not let
         this client's user `operation` ("read" or "write") each topic. Asked once per topic and operation."""
         wanted = sorted({t for t in topics if (t, operation) not in self._allowed})

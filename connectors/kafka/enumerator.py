@@ -30,9 +30,7 @@ class Plan:
 def _partitions(opts: SourceOptions, broker: Broker) -> list[TopicPartition]:
     """The subscription's partitions, each topic one this client's user may read (asked once per topic): a
     topic hidden by the authorizer is named as such, not as unknown."""
-    metadata = broker.topics()  # first: a refused login or certificate fails here at once
-    broker.require(list(opts.subscription.named()), "read")
-    parts = opts.subscription.partitions(metadata)
+    parts = opts.subscription.partitions(broker.readable(opts.subscription.named()))
     broker.require(sorted({tp.topic for tp in parts}), "read")
     if not parts and isinstance(opts.subscription, SubscribePattern):
         raise OptionError("subscribePattern", opts.subscription.pattern, "matches no topic",

@@ -90,10 +90,10 @@ def check_access(opts: KafkaSinkOptions) -> None:
     broker = Broker(opts.kafka, timeout_s=10)
     try:
         broker.topics()
-    except BrokerError as exc:
+    except BrokerError:
         if broker.refused is None:
             return
-        raise exc from None
+        raise
     if opts.topic:
         broker.require([opts.topic], "write")
 

@@ -118,6 +118,11 @@ def test_over_sasl_ssl_a_backfill_and_the_kafka_sink_land_each_record_once(spark
             .option("subscribe", out).load().selectExpr("CAST(value AS STRING) AS v").collect())
     assert sorted(r.v for r in back) == sorted(f"v{i}" for i in range(250))
 
+    # a plan's text lists the source's options with the secrets' values hidden, the JAAS line's included
+    plan = (spark.readStream.format("streamfill_kafka").options(**{f"kafka.{k}": v for k, v in secured.items()})
+            .option("kafka.sasl.jaas.config", jaas).option("subscribe", out).load()._jdf.queryExecution().toString())
+    assert "kafka.sasl.jaas.config=*********(redacted)" in plan and secured["sasl.password"] not in plan
+
 
 def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log_spark_ui_or_offsets_db(
         stack_settings, secured, db, topic_name, tmp_path):

@@ -31,6 +31,9 @@ class MemoryBroker:
     def require(self, topics, operation):
         pass
 
+    def readable(self, topics):
+        return self.topics()
+
 
 def enumerator(broker, **options) -> StreamEnumerator:
     opts = parse({"kafka.bootstrap.servers": "memory", "subscribe": "t", **options}, streaming=True)
