@@ -121,7 +121,8 @@ def accounted_once(url: str, table: str, jobs: list[str], consumed: dict[tuple[s
                    deleted: set[tuple[str, int, int]]) -> None:
     """Per (topic, partition): rows + rows the user deleted + dead letters = offsets consumed, no offset twice,
     and no row the user deleted is back."""
-    have = query(url, f'SELECT topic, partition, "offset" FROM "{table}"')
+    quoted = ".".join(f'"{part}"' for part in table.split("."))
+    have = query(url, f'SELECT topic, partition, "offset" FROM {quoted}')
     dead = query(url, 'SELECT d.topic, d.partition, d."offset" FROM dead_letters d JOIN jobs j ON j.id = d.job_id '
                       "WHERE j.name = ANY(:jobs)", jobs=jobs)
     back = deleted & set(have)
@@ -459,7 +460,11 @@ def test_rows_the_users_constraints_refuse_become_dead_letters_with_the_reason_a
 
 def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_settings, topic_name, monkeypatch):
     url = stack_settings.offsets_db_url
-    job, table = f"{topic_name}-sw", f"{topic_name}_sw"
+    # a schema of its own: a sweep of stages older than 1 ms would take other tests' single writes in theirs
+    schema = f"{topic_name}_sweep"
+    job, table = f"{topic_name}-sw", f"{schema}.{topic_name}_sw"
+    with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{schema}"')
     store, lease = held(url, job)
     try:
         store.record_planned(job, [PlannedRange(topic_name, p, 0, 12_000) for p in (0, 1)],
@@ -477,18 +482,23 @@ def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_set
         postgres_sink._commit(plan, staged, None)
     finally:
         lease.release()
-    accounted_once(url, table, [job], {(topic_name, 0): 12_000, (topic_name, 1): 12_000}, set())
-    # once its launch has ended, the same stage is an orphan: the next write's sweep drops it
-    with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
-        cur.execute(f'CREATE UNLOGGED TABLE "{plan.stage.name}" (x int)')
-        cur.execute(f'COMMENT ON TABLE "{plan.stage.name}" IS %s', (json.dumps(
-            {"streamfill_stage": "write", "created": 0, "job": job, "generation": lease.generation}),))
-    other, other_lease = held(url, f"{job}-other")
     try:
-        sink(url, f"{table}_other", f"{job}-other", other_lease.generation)
+        accounted_once(url, table, [job], {(topic_name, 0): 12_000, (topic_name, 1): 12_000}, set())
+        # once its launch has ended, the same stage is an orphan: the next write's sweep drops it
+        stage_table = f'"{schema}"."{plan.stage.name}"'
+        with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE UNLOGGED TABLE {stage_table} (x int)")
+            cur.execute(f"COMMENT ON TABLE {stage_table} IS %s", (json.dumps(
+                {"streamfill_stage": "write", "created": 0, "job": job, "generation": lease.generation}),))
+        other, other_lease = held(url, f"{job}-other")
+        try:
+            sink(url, f"{table}_other", f"{job}-other", other_lease.generation)
+        finally:
+            other_lease.release()
+        assert query(url, "SELECT to_regclass(:s) IS NULL", s=stage_table) == [(True,)]
     finally:
-        other_lease.release()
-    assert query(url, "SELECT to_regclass(:s) IS NULL", s=f'"{plan.stage.name}"') == [(True,)]
+        with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 # the whole scenario, as users would have it
