@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine
 
+from offsets_db import schema
 from streamfill.pg import connect_args
 
 
 def make_engine(url: str, **kwargs) -> Engine:
-    return create_engine(url, connect_args=connect_args(), pool_pre_ping=True, **kwargs)
+    """Its ORM statements name offsets_db's tables in STREAMFILL_DB_SCHEMA (offsets_db.schema)."""
+    return create_engine(url, connect_args=connect_args(), pool_pre_ping=True,
+                         execution_options={"schema_translate_map": schema.translate_map()}, **kwargs)
 
 
 _shared: dict[str, Engine] = {}

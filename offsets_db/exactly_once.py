@@ -36,7 +36,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from offsets_db import fencing
+from offsets_db import fencing, schema
 from offsets_db.locks import wait_for_lock
 from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
 from streamfill.errors import CheckpointMismatch, Fenced, ForeignCheckpoint, ProtocolError, UnknownJob
@@ -102,7 +102,8 @@ def _snapshot(s: Session, job: int) -> Positions:
 def installed(dbapi_conn) -> bool:
     """True when this database holds offsets_db (a job's offsets commit in the same transaction as its rows)."""
     with dbapi_conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('batches') IS NOT NULL AND to_regclass('snapshots') IS NOT NULL")
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                    (schema.qualified("batches"), schema.qualified("snapshots")))
         return bool(cur.fetchone()[0])
 
 
@@ -369,11 +370,11 @@ def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_bat
 
 def _move_dead_letters(cur, staged: StagedDeadLetters, jid: int, batch_id: int) -> int:
     """Staged rows with an _error into dead_letters, once per (job, topic, partition, offset)."""
-    cur.execute(sql.SQL(
-        'INSERT INTO dead_letters (job_id, batch_id, topic, partition, "offset", raw_value, error) '
+    cur.execute(sql.SQL(schema.sql(
+        'INSERT INTO {dead_letters} (job_id, batch_id, topic, partition, "offset", raw_value, error) '
         'SELECT DISTINCT ON (topic, partition, "offset") %s, %s, topic, partition, "offset", _raw, _error '
-        "FROM {} WHERE _sf_write_id = ANY(%s) AND _error IS NOT NULL "
-        'ORDER BY topic, partition, "offset" ON CONFLICT (job_id, topic, partition, "offset") DO NOTHING').format(
+        "FROM {{}} WHERE _sf_write_id = ANY(%s) AND _error IS NOT NULL "
+        'ORDER BY topic, partition, "offset" ON CONFLICT (job_id, topic, partition, "offset") DO NOTHING')).format(
         staged.stage), (jid, batch_id, list(staged.write_ids)))
     return cur.rowcount
 

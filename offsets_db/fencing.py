@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from offsets_db import schema
 from offsets_db.models import JobLease
 from streamfill.errors import Fenced, JobBusy
 
@@ -73,11 +74,11 @@ def holder(s: Session | Connection, jid: int) -> Holder | None:
 def launch_alive(cur, job: str, generation: int) -> bool:
     """On a DB-API cursor (the sink's sweep of staging tables): whether the launch of `job` that took it with
     `generation` still holds it, its session keeping the job's advisory lock."""
-    cur.execute("""
-        SELECT EXISTS (SELECT 1 FROM job_leases l JOIN jobs j ON j.id = l.job_id
+    cur.execute(schema.sql("""
+        SELECT EXISTS (SELECT 1 FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
                        JOIN pg_locks k ON k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
                                       AND k.objsubid = 2 AND k.granted
-                       WHERE j.name = %s AND l.generation = %s)""", (LOCK_SPACE, job, generation))
+                       WHERE j.name = %s AND l.generation = %s)"""), (LOCK_SPACE, job, generation))
     return bool(cur.fetchone()[0])
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    MetaData,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -22,8 +23,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+PLACEHOLDER = "offsets_db"  # the schema the models name, which no database has: see offsets_db.schema
+
 
 class Base(DeclarativeBase):
+    metadata = MetaData(schema=PLACEHOLDER)
     type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
 
 
@@ -44,10 +48,10 @@ class Run(Base):
     """One per launch; Airflow's dag_id and run_id when Airflow launched it."""
 
     __tablename__ = "runs"
-    __table_args__ = (Index("runs_job_newest", "job_id", "id"),)
+    __table_args__ = (Index("runs_job_newest", "job_id", "id"), Index("ix_runs_job_id", "job_id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     dag_id: Mapped[str | None] = mapped_column(String(250))
     airflow_run_id: Mapped[str | None] = mapped_column(String(250))
     spark_app_id: Mapped[str | None] = mapped_column(String(250))
@@ -126,9 +130,10 @@ class Snapshot(Base):
 
 class DataLossEvent(Base):
     __tablename__ = "data_loss_events"
+    __table_args__ = (Index("ix_data_loss_events_job_id", "job_id"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"))
     topic: Mapped[str] = mapped_column(String(249))
     partition: Mapped[int] = mapped_column(Integer)
@@ -160,10 +165,11 @@ class QualityResult(Base):
     """One Great Expectations validation of a sink table: its verdict, statistics and full result."""
 
     __tablename__ = "quality_results"
-    __table_args__ = (Index("quality_results_job_checked", "job_id", "checked_at"),)
+    __table_args__ = (Index("quality_results_job_checked", "job_id", "checked_at"),
+                      Index("ix_quality_results_job_id", "job_id"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     suite: Mapped[str] = mapped_column(String(200))
     table_name: Mapped[str] = mapped_column(String(200))

@@ -6,7 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, select, text
+from sqlalchemy import Engine, bindparam, select
+
+from offsets_db import schema
+from offsets_db.schema import statement
 
 from offsets_db.models import Job
 from streamfill.errors import UnknownJob
@@ -38,8 +41,9 @@ def rows(engine: Engine, view: str, job: str, topic: str | None = None, since: d
         if since is not None and time_col:
             where.append(f"{time_col} >= :since")
         # identifiers come from the fixed VIEWS table above, never from input
-        stmt = text(f"SELECT {', '.join(columns)} FROM {_VIEW_NAMES[view]} WHERE {' AND '.join(where)} "
-                    f"ORDER BY {order} LIMIT :limit").bindparams(bindparam("limit"))
+        view_name = schema.qualified(_VIEW_NAMES[view])
+        stmt = statement(f"SELECT {', '.join(columns)} FROM {view_name} WHERE {' AND '.join(where)} "
+                         f"ORDER BY {order} LIMIT :limit").bindparams(bindparam("limit"))
         params = {"job": job, "topic": topic, "since": since, "limit": limit}
         return [dict(r._mapping) for r in conn.execute(stmt, {k: v for k, v in params.items() if v is not None})]
 
@@ -48,29 +52,29 @@ def last_commit_and_worst_lag(engine: Engine, job: str) -> tuple[datetime | None
     """A stream's health inputs: when it last committed a batch, and its worst partition's lag (consumer_lag)."""
     validate_job_name(job)
     with engine.connect() as conn:
-        last = conn.scalar(text("SELECT max(b.committed_at) FROM batches b JOIN jobs j ON j.id = b.job_id "
+        last = conn.scalar(statement("SELECT max(b.committed_at) FROM {batches} b JOIN {jobs} j ON j.id = b.job_id "
                                 "WHERE j.name = :job"), {"job": job})
-        lag = conn.scalar(text("SELECT max(lag) FROM consumer_lag WHERE job = :job"), {"job": job})
+        lag = conn.scalar(statement("SELECT max(lag) FROM {consumer_lag} WHERE job = :job"), {"job": job})
     return last, lag
 
 
 def dead_letter_count(engine: Engine, job: str) -> int:
     with engine.connect() as conn:
-        return conn.scalar(text("SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
+        return conn.scalar(statement("SELECT count(*) FROM {dead_letters} d JOIN {jobs} j ON j.id = d.job_id "
                                 "WHERE j.name = :job"), {"job": validate_job_name(job)})
 
 
 def offsets_with_lag(engine: Engine, job: str) -> list[tuple[int, int, int | None]]:
     """(partition, next offset, lag) per partition of the job, from latest_offsets and consumer_lag."""
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(text(
-            "SELECT l.partition, l.next_offset, c.lag FROM latest_offsets l LEFT JOIN consumer_lag c "
+        return [tuple(r) for r in conn.execute(statement(
+            "SELECT l.partition, l.next_offset, c.lag FROM {latest_offsets} l LEFT JOIN {consumer_lag} c "
             "USING (job, topic, partition) WHERE l.job = :job ORDER BY l.partition"), {"job": validate_job_name(job)})]
 
 
 def newest_quality_results(engine: Engine, limit: int = 5) -> list[tuple]:
     """(checked_at, job, table, success, statistics) of the newest validations."""
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(text(
-            "SELECT q.checked_at, j.name, q.table_name, q.success, q.statistics FROM quality_results q "
-            "LEFT JOIN jobs j ON j.id = q.job_id ORDER BY q.id DESC LIMIT :limit"), {"limit": limit})]
+        return [tuple(r) for r in conn.execute(statement(
+            "SELECT q.checked_at, j.name, q.table_name, q.success, q.statistics FROM {quality_results} q "
+            "LEFT JOIN {jobs} j ON j.id = q.job_id ORDER BY q.id DESC LIMIT :limit"), {"limit": limit})]

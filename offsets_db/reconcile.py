@@ -10,6 +10,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from offsets_db import schema
 from offsets_db.models import Batch, BatchOffset, Job, QualityResult, Run
 from streamfill.names import parse_table
 
@@ -72,10 +73,11 @@ def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Ran
             "SELECT c.n AS consumed, l.n AS landed, d.n AS dead_letters FROM "
             "(SELECT sum(end_offset - start_offset) AS n FROM {v}) c, "
             "(SELECT count(*) AS n FROM (SELECT * FROM {{batch}}) t WHERE EXISTS (SELECT 1 FROM {v} WHERE {in_t})) l, "
-            "(SELECT count(DISTINCT (d.topic, d.partition, d.\"offset\")) AS n FROM dead_letters d "
+            "(SELECT count(DISTINCT (d.topic, d.partition, d.\"offset\")) AS n FROM {dead} d "
             " WHERE d.job_id = {job} AND EXISTS (SELECT 1 FROM {v} WHERE {in_d})) d "
             "WHERE c.n {op} l.n + d.n").format(v=values, in_t=_in_ranges("t"), in_d=_in_ranges("d"),
                                                 job=sql.Literal(job_id),
+                                                dead=sql.SQL(schema.qualified("dead_letters")),
                                                 op=sql.SQL("<" if upsert else "<>"))
         return subset.as_string(raw.driver_connection), reconcile.as_string(raw.driver_connection)
     finally:

@@ -30,6 +30,17 @@ class OffsetStore:
     def __init__(self, url: str | Engine) -> None:
         self.engine = url if isinstance(url, Engine) else make_engine(url)
 
+    def check_grants(self) -> None:
+        """MissingGrant unless this role may use offsets_db as a job does (offsets_db.grants)."""
+        from offsets_db import grants
+
+        raw = self.engine.raw_connection()
+        try:
+            with raw.cursor() as cur:
+                grants.check_job_role(cur)
+        finally:
+            raw.close()
+
     def ensure_job(self, name: str, kind: str, config: dict[str, Any] | None = None, *,
                    restart: bool = False) -> int:
         """Create the job on its first launch; every launch merges its configuration into the stored one

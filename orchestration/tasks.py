@@ -30,7 +30,8 @@ from orchestration.connections import (
     schema_registry_client,
     schema_registry_env,
 )
-from spark_jobs import class_archive
+import spark_jobs
+from spark_jobs import class_archive, py_files
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
@@ -104,9 +105,17 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     A non-zero exit fails the task.
     """
     bin_dir = Path(sys.executable).parent
-    cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master,
-           "--conf", "spark.ui.showConsoleProgress=false", str(REPO_ROOT / "spark_jobs" / script), *args]
-    env = {**os.environ, **ends.env(), **(extra_env or {}), "PYSPARK_PYTHON": sys.executable,
+    cluster = py_files.ships(ends.spark_master)
+    # a cluster's workers may not have streamfill: its packages go with the job, and the driver stays this
+    # interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py, README)
+    ship = ["--py-files", str(py_files.archive(get_settings().home)),
+            "--conf", f"spark.pyspark.driver.python={sys.executable}"] if cluster else []
+    cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master, *ship,
+           "--conf", "spark.ui.showConsoleProgress=false", str(Path(spark_jobs.__file__).parent / script), *args]
+    # a cluster's executors run the PYSPARK_PYTHON of Airflow's environment when it names one
+    workers_python = os.environ.get("PYSPARK_PYTHON", sys.executable) if cluster else sys.executable
+    env = {**(py_files.driver_paths(get_settings().home) if cluster else {}), **os.environ, **ends.env(),
+           **(extra_env or {}), "PYSPARK_PYTHON": workers_python,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     env = class_archive.with_archive(env, get_settings().home)
     log.info("running %s against Kafka %s", " ".join(cmd), describe(ends.kafka))

@@ -217,6 +217,7 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
     from connectors.spark import register
 
     store = OffsetStore(url)
+    store.check_grants()
     broker = Broker(kafka)
     started = time.monotonic()
     check_job(args, store)

@@ -20,6 +20,7 @@ from typing import Any
 
 from offsets_db import reconcile
 from offsets_db.engine import make_engine
+from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
 from spark_jobs.pipelines import expectations, registry
 from streamfill.errors import QualityFailed
@@ -50,6 +51,7 @@ def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: b
     upsert = any(k not in ("topic", "partition", "offset") for k in spec.key) or not spec.dead_letters
     engine = make_engine(db_url)
     try:
+        OffsetStore(engine).check_grants()  # it records its verdict
         job_id, ranges = reconcile.consumed(engine, job)
         if not ranges:  # an hour without traffic: an empty window passes, and says so
             outcome = Outcome(True, table, [f"PASS job {job!r} consumed no offsets: nothing to check in {table}"],

@@ -1,13 +1,15 @@
-"""The one way streamfill builds a SparkSession: the project's interpreter on every worker, any master."""
+"""The one way streamfill builds a SparkSession: the project's interpreter on every worker, any master. On a
+cluster master the project's packages go with the job (spark_jobs/py_files.py), for workers without streamfill."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import class_archive
+from spark_jobs import class_archive, py_files
 from streamfill import failpoints
 from streamfill.settings import Settings, get_settings
 
@@ -17,10 +19,13 @@ REDACTED_OPTIONS = r"(?i)url|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key
 
 def spark_session(app_name: str, settings: Settings | None = None,
                   conf: dict[str, str] | None = None) -> SparkSession:
-    """A session on settings.spark_master whose Python workers run this interpreter (not `python3` on PATH)."""
+    """A session on settings.spark_master whose Python workers run this interpreter (not `python3` on PATH), or
+    the one spark.pyspark.python or PYSPARK_PYTHON names: a cluster's workers may keep theirs elsewhere."""
     settings = settings or get_settings()
     failpoints.pin_group()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # PySpark takes the workers' interpreter from this variable alone, as the session starts
+    os.environ["PYSPARK_PYTHON"] = ((conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+                                    or sys.executable)
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
     builder = SparkSession.builder
@@ -44,4 +49,21 @@ def spark_session(app_name: str, settings: Settings | None = None,
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _ship_code(session, settings)
     return session
+
+
+def _ship_code(session: SparkSession, settings: Settings) -> None:
+    """On a cluster master, the project's packages to the executors, unless the launch shipped them (a driver
+    under spark-submit --py-files imports them from there). Only the executors use the archive: PySpark also
+    puts it on this process's sys.path, ahead of the installed project, and it comes off again."""
+    context = session.sparkContext
+    if not py_files.ships(context.master) or py_files.from_archive():
+        return
+    path = py_files.archive(settings.home)
+    shipped = [*context.getConf().get("spark.submit.pyFiles", "").split(","), *context.listFiles]
+    if path.name in {Path(p).name for p in shipped if p}:  # a session made again on the same context
+        return
+    before = list(sys.path)
+    context.addPyFile(str(path))
+    sys.path[:] = before

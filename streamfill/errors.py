@@ -109,3 +109,7 @@ class QualityFailed(StreamfillError, AssertionError):
 
 class UnknownJob(StreamfillError, LookupError):
     """A job name offsets_db has never seen; the message lists the known ones where it can."""
+
+
+class MissingGrant(StreamfillError, PermissionError):
+    """The database role lacks a privilege a launch needs; the message names it and the GRANT that gives it."""

@@ -10,6 +10,8 @@ from streamfill.errors import OptionError
 JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 JOB_NAME_RULE = "use 1 to 200 letters, digits, '_', '-' or '.', e.g. orders-stream"
 
+PLAIN_NAME = r"^[a-z_][a-z0-9_]{0,62}$"  # a PostgreSQL role or schema name that needs no quotes
+
 
 def validate_job_name(name: str, option: str = "job") -> str:
     if not isinstance(name, str) or not JOB_NAME.fullmatch(name):

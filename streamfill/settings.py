@@ -12,10 +12,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
+from streamfill.names import PLAIN_NAME
 from streamfill.kafka_client import CLIENT_FIELDS, SASL_MECHANISMS, SECURITY_PROTOCOLS
 
 AIRFLOW_USER = "admin"
 KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener
+# a checkout keeps its stack beside the code; an installed wheel's code sits in site-packages, which is no place
+# for checkpoints
+DEFAULT_HOME = REPO_ROOT / ".stack" if (REPO_ROOT / "pyproject.toml").is_file() else Path.home() / ".streamfill"
+OFFSETS_DB_SCHEMA = "streamfill"  # offsets_db's own schema, so its jobs/runs/batches never meet a team's tables
 PgSslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]  # libpq's
 
 
@@ -24,7 +29,8 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="STREAMFILL_", extra="ignore")
 
-    home: Path = Field(REPO_ROOT / ".stack", description="where the local stack keeps data, logs and pids")
+    home: Path = Field(DEFAULT_HOME, description="where the local stack keeps data, logs and pids, and jobs their "
+                       "checkpoints")
     host: str = Field("127.0.0.1", description="the address every local service listens on")
     pg_port: int = Field(5432, ge=1, le=65535)
     kafka_port: int = Field(9092, ge=1, le=65535)
@@ -35,6 +41,8 @@ class Settings(BaseSettings):
     db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    db_schema: str = Field(OFFSETS_DB_SCHEMA, pattern=PLAIN_NAME,
+                           description="the PostgreSQL schema that holds offsets_db's tables and views")
     pg_sslmode: PgSslMode | None = Field(None, description="libpq's sslmode for the local stack's databases; "
                                          "verify-ca and verify-full trust the stack's CA")
     pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")

@@ -17,6 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs f
 @app.command("list")
 def list_jobs() -> None:
     """Every entry with its source, format, table and the DAGs it gives."""
+    from orchestration import dag_ids
     from spark_jobs.pipelines import jobs_file, load
     from streamfill.errors import StreamfillError
 
@@ -29,10 +30,7 @@ def list_jobs() -> None:
         table.add_column(col, overflow="fold")
     for name, spec in entries.items():
         kind, source = spec.topics_option
-        dags = [f"streamfill_stream__{name}", f"streamfill_stream_health__{name}", f"streamfill_quality__{name}"]
-        if spec.topic is not None:
-            dags.insert(2, f"streamfill_interval__{name}")
-            dags.append("streamfill_replay")
+        dags = dag_ids.of_entry(name, spec.topic is not None) + [dag_ids.REPLAY] * (spec.topic is not None)
         table.add_row(name, f"{'pattern ' if kind == 'subscribePattern' else ''}{source}", spec.format, spec.table,
                       f"{', '.join(spec.key)} / {spec.mode}", "\n".join(dags))
     console.print(table)

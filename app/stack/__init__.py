@@ -105,8 +105,8 @@ def up(settings: Settings, say: Say = print) -> list[Status]:
                 for line in svc.secure():
                     say(f"postgres: {line}")
                     changed = auth_changed = True
+            upgrade(settings.offsets_db_url)  # also a stack whose checkout brought new migrations
             if changed:
-                upgrade(settings.offsets_db_url)
                 say("offsets_db: migrations applied")
     if not changed:
         say("stack already up: nothing to do")

@@ -276,6 +276,10 @@ class Postgres(Service):
                     if cur.fetchone() is None:
                         cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
                             sql.Identifier(db), sql.Identifier(s.db_user)))
+                # a table a job names without a schema lands in public, not in offsets_db's schema (which the
+                # default "$user" would find first, both being named streamfill); the views read unqualified
+                cur.execute(sql.SQL("ALTER ROLE {} SET search_path = public, {}").format(
+                    sql.Identifier(s.db_user), sql.Identifier(s.db_schema)))
                 if not self._write_auth():
                     return notes
                 cur.execute("SELECT pg_reload_conf()")

@@ -82,7 +82,7 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
     queueing them (`offsets_db.locks`), and columns it has that are not written are reported and left."""
     with conn.cursor() as cur:
         if schema is not None:
-            _check_schema(cur, schema, table)
+            check_schema(cur, schema, table)
         schema = schema_or_current(cur, schema)
         target = Target(schema, table, tuple(columns), tuple(key))
         existing = existing_columns(cur, schema, table)
@@ -150,7 +150,7 @@ def existing_columns(cur, schema: str, table: str) -> dict[str, str]:
     return dict(cur.fetchall())
 
 
-def _check_schema(cur, schema: str, table: str) -> None:
+def check_schema(cur, schema: str, table: str) -> None:
     cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
     if cur.fetchone() is None:
         raise SinkError(f"table {schema}.{table}: schema {schema} does not exist. Create it "

@@ -135,6 +135,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
     try:
         if opts.job is not None:
             _require_offsets_db(conn, url)
+            _require_grants(conn, opts)
         tgt = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve)
         stg = stage.stage_for(tgt, owner, opts.dead_letters)
         if stage_it:
@@ -144,6 +145,21 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         kept.release(conn)
     ranged = opts.job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
     return SinkPlan(url, opts, tgt, stg, own_stage=own_stage, ranged=ranged)
+
+
+def _require_grants(conn, opts) -> None:
+    """A job's role may write offsets_db and its table (README, "Run it on your infrastructure"): a missing
+    grant fails the launch here, before anything is recorded, naming the privilege and the GRANT."""
+    from offsets_db import grants
+
+    with conn.cursor() as cur:
+        grants.check_job_role(cur)
+        if opts.schema is not None:
+            target.check_schema(cur, opts.schema, opts.table)
+        schema = target.schema_or_current(cur, opts.schema)
+        exists = bool(target.existing_columns(cur, schema, opts.table))
+        grants.check_target(cur, schema, opts.table, exists,
+                            ("SELECT", "INSERT", "UPDATE") if opts.mode == "replace" else ("SELECT", "INSERT"))
 
 
 def _require_offsets_db(conn, url: str) -> None:

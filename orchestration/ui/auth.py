@@ -1,13 +1,23 @@
 """Who may read the page: Airflow's own login. Airflow mounts a plugin's FastAPI app without its own
 authentication, so every route of the page depends on `require_reader`: a user Airflow authenticates (the JWT
 in the `_token` cookie the UI sets at login, or an `Authorization: Bearer` token from POST /auth/token) who may
-read DAG runs. No credential: 401; an invalid token or a user without that permission: 403."""
+read DAG runs. No credential: 401; an invalid token or a user without that permission: 403. Which jobs the user
+then sees is Airflow's answer per DAG (`AirflowReader`, used by access.Access)."""
 
 from __future__ import annotations
 
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from typing import Annotated
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.configuration import conf
+from airflow.models.dag import DagModel
+from airflow.utils.session import create_session
 from fastapi import Depends, Request
+from sqlalchemy import select
+
+from orchestration.ui.access import Access
 
 _can_read_runs = requires_access_dag("GET", DagAccessEntity.RUN)
 
@@ -17,3 +27,44 @@ def require_reader(request: Request, user: GetUserDep) -> None:
 
 
 READER = [Depends(require_reader)]
+
+
+class AirflowReader:
+    """One user's per-DAG answers from the API server's auth manager: reading a DAG's runs, as Airflow's own
+    run list asks it."""
+
+    def __init__(self, user) -> None:
+        self.user = user
+        self._every: bool | None = None
+
+    def _requests(self, dag_ids: set[str]) -> list[dict]:
+        return [{"method": "GET", "access_entity": DagAccessEntity.RUN,
+                 "details": DagDetails(id=dag_id, team_name=team)} for dag_id, team in _teams(dag_ids).items()]
+
+    def readable(self, dag_ids: set[str]) -> set[str]:
+        manager = get_auth_manager()
+        return {r["details"].id for r in self._requests(dag_ids)
+                if manager.is_authorized_dag(method=r["method"], access_entity=r["access_entity"],
+                                             details=r["details"], user=self.user)}
+
+    def reads_every_dag(self) -> bool:
+        if self._every is None:
+            with create_session() as session:
+                every = set(session.scalars(select(DagModel.dag_id)))
+            self._every = get_auth_manager().batch_is_authorized_dag(self._requests(every), user=self.user)
+        return self._every
+
+
+def _teams(dag_ids: set[str]) -> dict[str, str | None]:
+    """Each DAG's team: an auth manager in multi-team mode decides per team; otherwise there are none."""
+    teams = {}
+    if dag_ids and conf.getboolean("core", "multi_team", fallback=False):
+        teams = DagModel.get_dag_id_to_team_name_mapping(sorted(dag_ids))
+    return {dag_id: teams.get(dag_id) for dag_id in sorted(dag_ids)}
+
+
+def access(user: GetUserDep) -> Access:
+    return Access(AirflowReader(user))
+
+
+AccessDep = Annotated[Access, Depends(access)]

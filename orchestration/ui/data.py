@@ -10,9 +10,11 @@ from urllib.parse import quote
 from sqlalchemy import Engine
 
 from offsets_db import dashboard
+from orchestration.jobs_file import jobs_file
 from orchestration.tasks import health_problems
 from orchestration.ui import db
 from orchestration.ui import format as fmt
+from orchestration.ui.access import Access, entry_of
 from spark_jobs.pipelines import PipelineSpec, load
 from streamfill.errors import StreamfillError
 from streamfill.names import validate_job_name
@@ -28,7 +30,7 @@ class NotFound(StreamfillError):
 def entries() -> tuple[dict[str, PipelineSpec], str | None]:
     """The jobs file's entries, and why they could not be read (the page still shows offsets_db without them)."""
     try:
-        return load(), None
+        return load(jobs_file()), None
     except StreamfillError as exc:
         return {}, str(exc)
 
@@ -59,11 +61,20 @@ def log_ends(partitions: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], in
     return {(tp.topic, tp.partition): high for tp, (_, high) in found.items()}, None
 
 
-def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: int = OVERVIEW_LIMIT) -> dict[str, Any]:
-    """The first `limit` jobs (the jobs file's entries, then the most recently active), each with its lag now."""
+def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: int = OVERVIEW_LIMIT,
+             access: Access | None = None) -> dict[str, Any]:
+    """The first `limit` jobs the user may see (the jobs file's entries, then the most recently active), each
+    with its lag now."""
     now = now or datetime.now(timezone.utc)
     specs, jobs_error = entries()
-    found = dashboard.overview(engine, now, sorted(specs), limit=limit)
+    shown = access.jobs(engine, specs) if access is not None else None
+    if shown is None:
+        found = dashboard.overview(engine, now, sorted(specs), limit=limit)
+    else:
+        # offsets_db's overview puts the jobs it is given first: the visible ones fill the limit, then the entries
+        # go first among them as they do for everyone
+        found = dashboard.overview(engine, now, sorted(shown), limit=min(limit, len(shown))) if shown else []
+        found = sorted((r for r in found if r["name"] in shown), key=lambda r: r["name"] not in specs)
     positions = dashboard.next_offsets(engine, [r["name"] for r in found])
     windows = {r["name"]: fmt.window_of(r["config"]) if r["kind"] == "backfill" else None for r in found}
     ends, broker_error = log_ends({tp for r in found if windows[r["name"]] is None
@@ -95,17 +106,23 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: i
             "health": None if spec is None else {"max_commit_age_minutes": spec.health.max_commit_age_minutes,
                                                  "max_lag": spec.health.max_lag},
         })
-    total = dashboard.job_count(engine) if len(found) >= limit else len(found)
+    total = len(shown) if shown is not None else dashboard.job_count(engine) if len(found) >= limit else len(found)
     return {"jobs": rows, "jobs_error": jobs_error, "now": fmt.iso(now), "shown": len(rows), "total": total,
             "limit": limit, "broker_error": broker_error}
 
 
-def job_row(engine: Engine, name: str) -> dict[str, Any]:
+def job_row(engine: Engine, name: str, access: Access | None = None) -> dict[str, Any]:
+    """The job's row; NotFound when offsets_db has no such job or the user may not see it (the same answer, so
+    a job's name says nothing about it to whoever may not read its DAGs)."""
     validate_job_name(name)
-    found = dashboard.job(engine, name)
+    specs = entries()[0] if access is not None else {}
+    found = dashboard.job(engine, name) if access is None or access.may_see(engine, specs, name) else None
     if found is None:
-        known = [r["name"] for r in dashboard.overview(engine, datetime.now(timezone.utc), [], limit=20)]
-        raise NotFound(f"job {name!r} is not in offsets_db; known jobs: {', '.join(known) or 'none yet'}")
+        shown = access.jobs(engine, specs) if access is not None else None
+        known = [r["name"] for r in dashboard.overview(engine, datetime.now(timezone.utc), [], limit=20)] \
+            if shown is None else sorted(shown)[:20]
+        mine = "" if shown is None else " or is not one you may see (Airflow lets you read none of its DAGs)"
+        raise NotFound(f"job {name!r} is not in offsets_db{mine}; known jobs: {', '.join(known) or 'none yet'}")
     return found
 
 
@@ -171,7 +188,7 @@ def quality(engine: Engine, job_id: int, window: timedelta, now: datetime | None
 def sink_of(job: dict[str, Any], specs: dict[str, PipelineSpec]) -> tuple[str | None, list[str]]:
     """The job's table and key: a backfill's recorded table, else its entry's (a window or replay job is named
     after its entry: `orders.interval...`, `orders.replay...`)."""
-    spec = specs.get(job["name"]) or specs.get(job["name"].split(".")[0])
+    spec = entry_of(job["name"], specs)
     recorded = ((job.get("config") or {}).get("backfill") or {}).get("table")
     table = recorded or (spec.table if spec is not None else None)
     return table, list(spec.key) if spec is not None else DEFAULT_KEY

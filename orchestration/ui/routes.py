@@ -1,6 +1,7 @@
 """The page's FastAPI app, mounted by Airflow's API server under PREFIX: HTML views (overview, job, dead letters,
 offset finder), the same data as JSON under /api, and Plotly's own plotly.min.js from the installed package.
-Every route, the script included, needs Airflow's login (auth.READER). Read-only: GET only."""
+Every route, the script included, needs Airflow's login (auth.READER); a job's routes answer only a user who
+may read one of its DAGs (access.py), the lists show only those jobs. Read-only: GET only."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestration.ui import data, db
 from orchestration.ui import format as fmt
-from orchestration.ui.auth import READER
+from orchestration.ui.access import Access
+from orchestration.ui.auth import READER, AccessDep
 from streamfill.errors import OptionError, StreamfillError
 
 PREFIX = "/streamfill"
@@ -48,9 +50,9 @@ def window_of(raw: str | None):
         raise HTTPException(400, str(exc)) from None
 
 
-def job_of(name: str) -> dict[str, Any]:
+def job_of(name: str, access: Access) -> dict[str, Any]:
     try:
-        return data.job_row(db.engine(), name)
+        return data.job_row(db.engine(), name, access)
     except (data.NotFound, OptionError) as exc:
         raise HTTPException(404, str(exc)) from None
 
@@ -84,13 +86,14 @@ def create_app() -> FastAPI:
                             headers={"Cache-Control": "private, max-age=86400"})
 
     @app.get("/", response_class=HTMLResponse)
-    def overview_page(request: Request, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
-        return page(request, "overview.html", **data.overview(db.engine(), roots(request)[1], limit=limit))
+    def overview_page(request: Request, access: AccessDep, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
+        return page(request, "overview.html", **data.overview(db.engine(), roots(request)[1], limit=limit,
+                                                              access=access))
 
     @app.get("/jobs/{job}", response_class=HTMLResponse)
-    def job_page(request: Request, job: str, window: str | None = None):
+    def job_page(request: Request, job: str, access: AccessDep, window: str | None = None):
         name, length = window_of(window)
-        row, engine = job_of(job), db.engine()
+        row, engine = job_of(job, access), db.engine()
         lag = data.lag(engine, job, length)
         return page(request, "job.html", job=row, window=name, windows=list(fmt.WINDOWS), lag=lag,
                     throughput=data.throughput(engine, job, length, batches=lag["batches"]),
@@ -98,16 +101,16 @@ def create_app() -> FastAPI:
                     data_loss=data.data_loss(engine, row["id"]), quality=data.quality(engine, row["id"], length))
 
     @app.get("/jobs/{job}/dead-letters", response_class=HTMLResponse)
-    def dead_letters_page(request: Request, job: str, window: str | None = None):
+    def dead_letters_page(request: Request, job: str, access: AccessDep, window: str | None = None):
         name, length = window_of(window)
-        row = job_of(job)
+        row = job_of(job, access)
         return page(request, "dead_letters.html", job=row, window=name, windows=list(fmt.WINDOWS),
                     groups=data.dead_letters(db.engine(), row["id"], length))
 
     @app.get("/jobs/{job}/find", response_class=HTMLResponse)
-    def find_page(request: Request, job: str, topic: str | None = None, partition: int | None = None,
-                  offset: int | None = None):
-        row = job_of(job)
+    def find_page(request: Request, job: str, access: AccessDep, topic: str | None = None,
+                  partition: int | None = None, offset: int | None = None):
+        row = job_of(job, access)
         found = None
         if topic and partition is not None and offset is not None:
             found = data.find(db.engine(), row, roots(request)[1], topic, partition, offset)
@@ -115,33 +118,33 @@ def create_app() -> FastAPI:
                     offset=offset)
 
     @app.get("/api/jobs")
-    def jobs_api(request: Request, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
-        return as_json(data.overview(db.engine(), roots(request)[1], limit=limit))
+    def jobs_api(request: Request, access: AccessDep, limit: int = Query(data.OVERVIEW_LIMIT, ge=1, le=100_000)):
+        return as_json(data.overview(db.engine(), roots(request)[1], limit=limit, access=access))
 
     @app.get("/api/jobs/{job}/lag")
-    def lag_api(job: str, window: str | None = None):
-        job_of(job)
+    def lag_api(job: str, access: AccessDep, window: str | None = None):
+        job_of(job, access)
         return as_json(data.lag(db.engine(), job, window_of(window)[1]))
 
     @app.get("/api/jobs/{job}/throughput")
-    def throughput_api(job: str, window: str | None = None):
-        job_of(job)
+    def throughput_api(job: str, access: AccessDep, window: str | None = None):
+        job_of(job, access)
         return as_json(data.throughput(db.engine(), job, window_of(window)[1]))
 
     @app.get("/api/jobs/{job}/dead-letters")
-    def dead_letters_api(job: str, window: str | None = None):
-        return as_json(data.dead_letters(db.engine(), job_of(job)["id"], window_of(window)[1]))
+    def dead_letters_api(job: str, access: AccessDep, window: str | None = None):
+        return as_json(data.dead_letters(db.engine(), job_of(job, access)["id"], window_of(window)[1]))
 
     @app.get("/api/jobs/{job}/data-loss")
-    def data_loss_api(job: str):
-        return as_json(data.data_loss(db.engine(), job_of(job)["id"]))
+    def data_loss_api(job: str, access: AccessDep):
+        return as_json(data.data_loss(db.engine(), job_of(job, access)["id"]))
 
     @app.get("/api/jobs/{job}/quality")
-    def quality_api(job: str, window: str | None = None):
-        return as_json(data.quality(db.engine(), job_of(job)["id"], window_of(window)[1]))
+    def quality_api(job: str, access: AccessDep, window: str | None = None):
+        return as_json(data.quality(db.engine(), job_of(job, access)["id"], window_of(window)[1]))
 
     @app.get("/api/jobs/{job}/find")
-    def find_api(request: Request, job: str, topic: str, partition: int, offset: int):
-        return as_json(data.find(db.engine(), job_of(job), roots(request)[1], topic, partition, offset))
+    def find_api(request: Request, job: str, access: AccessDep, topic: str, partition: int, offset: int):
+        return as_json(data.find(db.engine(), job_of(job, access), roots(request)[1], topic, partition, offset))
 
     return app

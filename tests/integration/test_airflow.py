@@ -24,6 +24,7 @@ from spark_jobs.demo import events
 from spark_jobs.demo.produce import ensure_topic
 from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import consume_all, end_offsets
+from tests.job_helpers import orders_columns
 from tests.kafka_helpers import produce as produce_records
 from tests.shared_run import AIRFLOW_GROUP
 
@@ -35,18 +36,7 @@ def query(db, sql: str, **params) -> list[tuple]:
         return [tuple(r) for r in conn.execute(text(sql), params)]
 
 
-# the demo's orders columns and rules, for test entries that read demo events
-ORDERS_COLUMNS = """\
-            columns:
-              event_id:   {type: string, required: true, max_length: 36}
-              user_id:    {type: bigint, required: true, min: 1}
-              event_type: {type: string, required: true, in: [view, cart, order, refund]}
-              amount:     {type: "decimal(12,2)", required: true, min: 0, max: 100000}
-              currency:   {type: string, required: true, in: [EUR, USD, GBP, CHF, JPY]}
-              event_time: {type: timestamp, required: true}
-            quality:
-              - expect_column_values_to_be_unique: {column: event_id}
-"""
+ORDERS_COLUMNS = orders_columns(12)
 
 
 @pytest.fixture

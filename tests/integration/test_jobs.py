@@ -8,10 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from sqlalchemy import text
@@ -302,12 +304,48 @@ def test_bad_backfill_input_fails_before_spark_with_the_value_and_the_fix(bootst
     assert "log4j" not in out  # refused before a Spark JVM started
 
 
+class Cluster(NamedTuple):
+    master: str  # spark://...
+    python: Path  # the workers' interpreter: PySpark and streamfill's dependencies, not streamfill
+
+
+# imported at each start of the workers' interpreter (a .pth line): which interpreter ran where, and whether
+# streamfill was importable before Spark added the archive a launch shipped; to stderr, the executor's log
+PROBE = """import importlib.util, os, sys
+found = 'present' if importlib.util.find_spec('streamfill') else 'absent'
+sys.stderr.write(f"streamfill-probe python={sys.executable} streamfill={found} cwd={os.getcwd()}\\n")
+"""
+
+
+def workers_python(folder: Path) -> Path:
+    """A venv whose site-packages names .venv's by a .pth file: PySpark and the dependencies, but not streamfill,
+    whose editable install is a .pth of .venv's own (a folder a .pth adds is not searched for .pth files)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = next((folder / "lib").glob("python3.*/site-packages"))
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "streamfill_probe.py").write_text(PROBE)
+    (site / "probe.pth").write_text("import streamfill_probe\n")  # after dependencies.pth: names sort
+    return folder / "bin" / "python"
+
+
 @pytest.fixture
 def standalone_cluster(tmp_path):
-    """A Spark master and one worker from the installed PySpark (spark-class), on free local ports."""
+    """A Spark master and one worker from the installed PySpark (spark-class), on free local ports, as on a team's
+    cluster: the worker has the dependencies but not streamfill (workers_python), and runs outside the
+    repository without its PYTHONPATH."""
     import socket
 
     import pyspark
+
+    python = workers_python(tmp_path / "workers-venv")
+    outside = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for module in ("connectors", "spark_jobs"):
+        found = subprocess.run([str(python), "-c", f"import {module}"], cwd=tmp_path, env=outside,
+                               capture_output=True, text=True)
+        assert found.returncode != 0 and f"No module named '{module}'" in found.stderr, found.stderr
+    found = subprocess.run([str(python), "-c", "import pyspark, confluent_kafka, sqlalchemy, psycopg2, pgpq"],
+                           cwd=tmp_path, env=outside, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
 
     def free_port() -> int:
         with socket.socket() as s:
@@ -315,23 +353,25 @@ def standalone_cluster(tmp_path):
             return s.getsockname()[1]
 
     home = Path(pyspark.__file__).parent
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+    env = {**outside, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path)}
     port = free_port()
     master_url = f"spark://127.0.0.1:{port}"
     logs = [open(tmp_path / "master.log", "w"), open(tmp_path / "worker.log", "w")]
     procs = [subprocess.Popen([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
                                "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
-                              env=env, stdout=logs[0], stderr=subprocess.STDOUT, start_new_session=True)]
+                              env=env, cwd=tmp_path, stdout=logs[0], stderr=subprocess.STDOUT,
+                              start_new_session=True)]
     procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
                                    "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()), master_url],
-                                  env=env, stdout=logs[1], stderr=subprocess.STDOUT, start_new_session=True))
+                                  env=env, cwd=tmp_path, stdout=logs[1], stderr=subprocess.STDOUT,
+                                  start_new_session=True))
     deadline = time.monotonic() + 120
     while "Successfully registered with master" not in (tmp_path / "worker.log").read_text():
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
             (tmp_path / "master.log").read_text()[-2000:] + (tmp_path / "worker.log").read_text()[-2000:]
         time.sleep(0.5)
-    yield master_url
+    yield Cluster(master_url, python)
     for p in procs:
         os.killpg(p.pid, signal.SIGTERM)
     for p in procs:
@@ -340,21 +380,33 @@ def standalone_cluster(tmp_path):
         f.close()
 
 
-def test_the_stream_on_a_standalone_cluster_gives_the_same_table_as_local_mode(
+def test_the_stream_and_a_backfill_on_a_standalone_cluster_without_streamfill_give_local_modes_table(
         spark, stack_settings, bootstrap, db, topic_name, tmp_path, standalone_cluster):
     demo_topic(bootstrap, topic_name, 3000, 0.05)
-    local, remote = f"{topic_name}_local", f"{topic_name}_cluster"
+    local, remote, backfilled = f"{topic_name}_local", f"{topic_name}_cluster", f"{topic_name}_cluster_bf"
     stream.run(stream.StreamArgs(f"{topic_name}-local", topic_name, local, tmp_path / "c1", "available-now", 1000,
                                  pipeline="orders"),
                spark, {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url, threading.Event())
+    # the executors' interpreter is the driver's PYSPARK_PYTHON; streamfill reaches them in the launch's archive
+    on_cluster = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(standalone_cluster.python)}
     code, out = finish(cli("stream", "--job", f"{topic_name}-cluster", "--topic", topic_name, "--table", remote,
                            "--trigger", "available-now", "--max-offsets-per-trigger", "1000", "--checkpoint",
-                           str(tmp_path / "c2"), "--master", standalone_cluster,
-                           env={"SPARK_LOCAL_IP": "127.0.0.1"}))
+                           str(tmp_path / "c2"), "--master", standalone_cluster.master, env=on_cluster))
     assert code == 0, out
-    apps = list((tmp_path / "work").glob("app-*/*/stderr"))
-    assert apps, "no executor ran on the worker"
+    code, out = finish(cli("backfill", "--job", f"{topic_name}-cluster-bf", "--topic", topic_name, "--from",
+                           "earliest", "--to", "latest", "--table", backfilled, "--chunk-size", "1000", "--master",
+                           standalone_cluster.master, env=on_cluster))
+    assert code == 0, out
+    apps = sorted((tmp_path / "work").glob("app-*"))
+    assert len(apps) == 2, f"executors of the stream and the backfill on the worker, not {apps}"
+    for app in apps:
+        logs = "".join(p.read_text() for p in app.glob("*/stderr"))
+        # the workers' venv started without streamfill, and imported it from the archive the launch shipped
+        assert f"streamfill-probe python={standalone_cluster.python} streamfill=absent" in logs, logs[-3000:]
+        assert "streamfill=present" not in logs
+        assert list(app.glob("*/streamfill-py-*.zip")), f"no archive of streamfill in {app}"
     cols = "topic, partition, \"offset\", event_id, user_id, event_type, amount, currency, event_time"
-    assert query(db, f'SELECT count(*) FROM "{remote}"') == query(db, f'SELECT count(*) FROM "{local}"')
-    assert query(db, f'SELECT {cols} FROM "{local}" EXCEPT SELECT {cols} FROM "{remote}"') == []
-    assert query(db, f'SELECT {cols} FROM "{remote}" EXCEPT SELECT {cols} FROM "{local}"') == []
+    for table in (remote, backfilled):
+        assert query(db, f'SELECT count(*) FROM "{table}"') == query(db, f'SELECT count(*) FROM "{local}"')
+        assert query(db, f'SELECT {cols} FROM "{local}" EXCEPT SELECT {cols} FROM "{table}"') == []
+        assert query(db, f'SELECT {cols} FROM "{table}" EXCEPT SELECT {cols} FROM "{local}"') == []

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.stack.postgres import admin_url
 from offsets_db.exactly_once import PlannedRange
+from offsets_db.engine import make_engine
 from offsets_db.migrate import upgrade
 from offsets_db.models import Batch, BatchOffset, Job, Snapshot
 from offsets_db.store import OffsetStore
@@ -38,20 +39,83 @@ def fresh_db(stack_settings):
 
 
 def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
+    """Into a database where the team has a `jobs` table of its own in public: offsets_db's go to its schema."""
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE public.jobs (title text); INSERT INTO public.jobs VALUES ('ours')"))
     env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
     cli = str(Path(sys.executable).parent / "streamfill")
     done = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     again = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, "a second upgrade changes nothing"
-    engine = create_engine(fresh_db)
     with engine.connect() as conn:
-        tables = set(conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars())
-        views = set(conn.execute(text("SELECT viewname FROM pg_views WHERE schemaname = 'public'")).scalars())
+        def names(kind: str, schema: str) -> set[str]:
+            column = "tablename" if kind == "tables" else "viewname"
+            return set(conn.execute(text(f"SELECT {column} FROM pg_{kind} WHERE schemaname = :s"),
+                                    {"s": schema}).scalars())
+        tables, views = names("tables", "streamfill"), names("views", "streamfill")
+        assert names("tables", "public") == {"jobs"} and names("views", "public") == set()
+        assert conn.execute(text("SELECT title FROM public.jobs")).scalars().all() == ["ours"]
     engine.dispose()
-    assert {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
-            "quality_results"} <= tables
+    assert tables == {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
+                      "quality_results", "job_leases", "alembic_version"}
     assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"}
+
+
+def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db, monkeypatch):
+    """A database upgraded to revision 0005 when offsets_db lived in public, with a history in every table:
+    `streamfill db upgrade` moves tables and views into the schema, every row equal, sequences going on."""
+    from offsets_db import schema
+
+    cli = str(Path(sys.executable).parent / "streamfill")
+    env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
+    before = subprocess.run([cli, "db", "upgrade", "0005"], env={**env, "STREAMFILL_DB_SCHEMA": "public"},
+                            capture_output=True, text=True, timeout=120)
+    assert before.returncode == 0, before.stderr
+    monkeypatch.setenv("STREAMFILL_DB_SCHEMA", "public")
+    store = OffsetStore(fresh_db)
+    store.ensure_job("legacy-stream", "stream")
+    lease = store.hold("legacy-stream")
+    store.record_planned("legacy-stream", plan({0: (0, 10), 1: (0, 5)}), generation=lease.generation)
+    store.ensure_job("legacy.backfill", "backfill")
+    lease.release()
+    store.engine.dispose()
+    relations = [*schema.tables(), *schema.VIEWS]
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        jid = conn.execute(text("SELECT id FROM public.jobs WHERE name = 'legacy-stream'")).scalar_one()
+        bid = conn.execute(text("SELECT max(id) FROM public.batches")).scalar_one()
+        conn.execute(text("INSERT INTO public.runs (job_id, dag_id, status) VALUES (:j, 'dag', 'success')"),
+                     {"j": jid})
+        conn.execute(text("UPDATE public.batches SET committed_at = now(), rows_written = 14, dead_letters = 1"))
+        conn.execute(text("INSERT INTO public.snapshots (job_id, topic, partition, next_offset, batch_id) "
+                          "VALUES (:j, 't', 0, 10, :b), (:j, 't', 1, 5, :b)"), {"j": jid, "b": bid})
+        conn.execute(text('INSERT INTO public.dead_letters (job_id, batch_id, topic, partition, "offset", raw_value, '
+                          "error) VALUES (:j, :b, 't', 0, 3, 'x', 'json: not an object')"), {"j": jid, "b": bid})
+        conn.execute(text("INSERT INTO public.data_loss_events (job_id, batch_id, kind, topic, partition, "
+                          "lost_from, lost_to) VALUES (:j, :b, 'retention', 't', 1, 0, 2)"), {"j": jid, "b": bid})
+        conn.execute(text("INSERT INTO public.quality_results (job_id, suite, table_name, success, statistics, "
+                          "result) VALUES (:j, 's', 'orders', true, '{}', '{}')"), {"j": jid})
+
+        def everything(where: str) -> dict[str, list]:
+            return {r: sorted(map(tuple, conn.execute(text(f'SELECT * FROM "{where}"."{r}"')).all()), key=repr)
+                    for r in relations}
+        old = everything("public")
+    assert all(old[r] for r in relations), {r for r in relations if not old[r]}
+    monkeypatch.delenv("STREAMFILL_DB_SCHEMA")
+    after = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert after.returncode == 0, after.stderr
+    with engine.begin() as conn:
+        assert everything("streamfill") == old
+        left = conn.execute(text("SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                 "WHERE n.nspname = 'public'")).scalars().all()
+        assert left == [], f"left in public: {left}"
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0006"
+    store = OffsetStore(fresh_db)
+    assert store.ensure_job("after-the-move", "stream") > jid, "the id sequence moved with its table"
+    store.engine.dispose()
+    engine.dispose()
 
 
 def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
@@ -64,7 +128,7 @@ def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
 
 def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_db):
     upgrade(fresh_db)
-    engine = create_engine(fresh_db)
+    engine = make_engine(fresh_db)
     with Session(engine) as s, s.begin():
         a, b = Job(name="orders-stream", kind="stream"), Job(name="orders.backfill", kind="backfill")
         s.add_all([a, b])
@@ -195,10 +259,19 @@ def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
 
     from offsets_db.models import Base
 
+    from sqlalchemy import MetaData
+
     upgrade(fresh_db)
-    engine = create_engine(fresh_db)
+    placed = MetaData(schema="streamfill")  # the models' tables where the migrations put them
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(placed, schema="streamfill")
+    # public first: "$user" would make streamfill the default schema, which autogenerate names as None
+    engine = create_engine(fresh_db, connect_args={"options": "-c search_path=public"})
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        context = MigrationContext.configure(conn, opts={
+            "include_schemas": True, "version_table_schema": "streamfill",
+            "include_name": lambda name, kind, _parent: kind != "schema" or name == "streamfill"})
+        diff = compare_metadata(context, placed)
     engine.dispose()
     assert diff == []
 

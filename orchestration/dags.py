@@ -1,0 +1,192 @@
+"""Every streamfill DAG, generated from the pipeline entries of the jobs file and the jobs.d/*.yaml beside it
+(adding a pipeline is one YAML entry). A DAG file calls `build()` (dags/streamfill_dags.py in the checkout; in an
+Airflow that installed the wheel, the same two lines in its DAG folder); the jobs file is the Airflow Variable
+streamfill_jobs_file, else STREAMFILL_JOBS_FILE, else the checkout's dags/streamfill_jobs.yaml.
+
+Per job J:
+- streamfill_stream__J: launches the long-running stream with spark-submit; when it dies, the task's retries
+  restart it and it resumes from its checkpoint or offsets_db. Manual (trigger it once); Param `trigger` lets
+  a run stop when caught up (`available-now`).
+- streamfill_stream_health__J: every few minutes, fails when the last commit is too old or the lag too large.
+- streamfill_interval__J: one run per schedule interval [data_interval_start, data_interval_end): the offsets
+  between offsets-for-times of the two instants, in replace mode, then the quality suite on that window.
+  Airflow's own backfill (`airflow backfill create` or the UI) reprocesses any window; re-running is idempotent.
+- streamfill_quality__J: the quality suite on the stream's table, with freshness, on a schedule.
+And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
+
+Scheduled DAGs start paused: unpause those you want running (a backfill's runs of a paused DAG stay queued).
+Nothing here names a host or a credential: they come from the Airflow connections streamfill_postgres and
+streamfill_kafka and the variables streamfill_spark_master
+and streamfill_jobs_file.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
+
+from orchestration import dag_ids
+from orchestration.jobs_file import pin
+from spark_jobs.pipelines import PipelineSpec, load
+
+SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
+TAGS = ["streamfill"]
+# the entries the DAGs of this process were built from: a task looks its job up here, in the process that parsed
+# the DAG file to run it
+JOBS: dict[str, PipelineSpec] = {}
+
+
+@task
+def run_stream(job: str) -> None:
+    from orchestration import tasks as o
+
+    spec, ctx = JOBS[job], get_current_context()
+    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    trigger = ctx["params"]["trigger"] or spec.trigger
+    # a retry waits for a launch of the job still stopping (it holds the job until its session ends)
+    o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger, "--wait-for-job", o.RETRY_WAIT],
+                   o.endpoints())
+
+
+@task
+def check_health(job: str) -> None:
+    from orchestration import tasks as o
+
+    spec = JOBS[job]
+    h = o.health(o.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
+                 spec.health.max_lag)
+    print(f"job {spec.name}: last commit {h.last_commit}, worst partition lag {h.max_lag}")
+    if h.problems:
+        raise RuntimeError("; ".join(h.problems))
+
+
+@task
+def backfill_window(job: str) -> str:
+    from orchestration import tasks as o
+
+    spec, ctx = JOBS[job], get_current_context()
+    start, end = ctx["data_interval_start"], ctx["data_interval_end"]
+    name = o.window_job(spec.name, start)
+    o.spark_submit("backfill.py", ["--job", name, "--pipeline", spec.name, "--topic", spec.topic, "--from",
+                                   o.iso(start), "--to", o.iso(end), "--table", spec.interval_target, "--mode",
+                                   "replace", "--wait-for-job", o.RETRY_WAIT], o.endpoints())
+    return name
+
+
+@task
+def validate_replay() -> dict:
+    """Checks the form against the broker and offsets_db before Spark starts (from after to, unknown
+    partitions, times in the future, ranges below the log start)."""
+    from connectors.kafka.broker import Broker
+    from offsets_db.store import OffsetStore
+    from orchestration import tasks as o
+    from spark_jobs import backfill
+    from streamfill.errors import OptionError
+
+    ctx = get_current_context()
+    p = ctx["params"]
+    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    spec = JOBS[p["job"]]
+    table = p["table"] or f"{spec.table}_replay"
+    ends = o.endpoints()
+    try:
+        args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"],
+                                     p["to"], table, p["mode"], p["chunk_size"], spec.name)
+        backfill.check_job(args, OffsetStore(ends.db_url))
+        window = backfill.resolve(args, Broker(ends.kafka))
+    except OptionError as exc:
+        raise o.as_form_error(exc) from None
+    print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
+    return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
+            "mode": args.mode, "chunk_size": args.chunk_size, "pipeline": spec.name}
+
+
+@task
+def run_replay(plan: dict) -> str:
+    from orchestration import tasks as o
+
+    o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
+                                   plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
+                                   str(plan["chunk_size"]), "--pipeline", plan["pipeline"], "--wait-for-job",
+                                   o.RETRY_WAIT], o.endpoints())
+    return plan["job"]
+
+
+@task
+def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = False,
+            fresh_minutes: int | None = None) -> None:
+    from orchestration import tasks as o
+    from spark_jobs import quality as q
+
+    ends = o.endpoints()
+    outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
+                         freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None,
+                         schema_registry=ends.schema_registry or None)
+    q.require(outcome)
+
+
+def build() -> dict[str, DAG]:
+    """Every DAG of the jobs file, by dag_id. Call it while Airflow imports a DAG file: the DAGs then belong to
+    that file (Airflow records the file it was importing), wherever this module is installed."""
+    JOBS.clear()
+    JOBS.update(load(pin()))
+    one_topic = [name for name, spec in JOBS.items() if spec.topic is not None]
+    dags = [_entry_dags(spec) for spec in JOBS.values()]
+    return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic)]}
+
+
+def _entry_dags(spec: PipelineSpec) -> list[DAG]:
+    out = []
+    with DAG(dag_id=dag_ids.stream(spec.name), schedule=None, catchup=False, max_active_runs=1,
+             tags=TAGS, doc_md=__doc__,
+             params={"trigger": Param(None, type=["null", "string"], pattern=r"^(available-now|\d+(ms|s|m))$",
+                                      description=f"empty: the job's trigger ({spec.trigger}); available-now "
+                                                  "stops when caught up")},
+             default_args={"retries": 20, "retry_delay": timedelta(seconds=15)}) as dag:
+        run_stream(spec.name)
+    out.append(dag)
+
+    with DAG(dag_id=dag_ids.stream_health(spec.name), catchup=False, max_active_runs=1, tags=TAGS,
+             schedule=CronDataIntervalTimetable(f"*/{spec.health.every_minutes} * * * *", timezone="UTC"),
+             is_paused_upon_creation=True) as dag:
+        check_health(spec.name)
+    out.append(dag)
+
+    if spec.topic is not None:  # windows and replays read one topic
+        with DAG(dag_id=dag_ids.interval(spec.name), catchup=False, max_active_runs=4, tags=TAGS,
+                 schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
+                 default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}) as dag:
+            window = backfill_window(spec.name)
+            quality(window, spec.interval_target, spec.name)
+        out.append(dag)
+
+    with DAG(dag_id=dag_ids.quality(spec.name), catchup=False, max_active_runs=1, tags=TAGS,
+             schedule=CronDataIntervalTimetable(spec.quality_schedule, timezone="UTC"),
+             is_paused_upon_creation=True) as dag:
+        quality(spec.name, spec.table, spec.name, whole_table=True,
+                fresh_minutes=spec.health.max_commit_age_minutes)
+    out.append(dag)
+    return out
+
+
+def _replay(one_topic: list[str]) -> DAG:
+    with DAG(dag_id=dag_ids.REPLAY, schedule=None, catchup=False, max_active_runs=1, tags=TAGS, doc_md=__doc__,
+             params={
+                 "job": Param(one_topic[0] if one_topic else None, enum=one_topic,
+                              description="the pipeline entry whose topic to replay"),
+                 "from": Param("earliest", type="string", pattern=SPEC_PATTERN,
+                               description="earliest, latest, per-partition JSON or an ISO-8601 time"),
+                 "to": Param("latest", type="string", pattern=SPEC_PATTERN,
+                             description="earliest, latest, per-partition JSON or an ISO-8601 time"),
+                 "mode": Param("append-new", enum=["append-new", "replace"],
+                               description="append-new keeps existing rows, replace upserts them"),
+                 "table": Param(None, type=["null", "string"], pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
+                                description="target table; empty: <job table>_replay"),
+                 "chunk_size": Param(500_000, type="integer", minimum=1,
+                                     description="offsets per exactly-once chunk"),
+             }) as dag:
+        plan = validate_replay()
+        replayed = run_replay(plan)
+        quality(replayed, plan["table"], plan["pipeline"])
+    return dag
