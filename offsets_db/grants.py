@@ -53,7 +53,8 @@ def target_schema(schema: str, job: str) -> str:
 
 
 def statements(database: str, schema: str, roles: Roles, targets: Sequence[str]) -> list[tuple[str, str]]:
-    """(why, statement) in the order a DBA runs them: as a superuser, or the database's owner with CREATEROLE."""
+    """(why, statement) in the order a DBA runs them, as a superuser: making a schema for the owner and setting
+    default privileges for roles needs membership in them, which creating a role does not give."""
     o, j, r = roles.owner, roles.job, roles.reader
     s = quote(schema)
     out = [(f"role {role} (then set its password: \\password {role})",
@@ -89,8 +90,8 @@ def statements(database: str, schema: str, roles: Roles, targets: Sequence[str])
 
 def script(database: str, schema: str, roles: Roles, targets: Sequence[str]) -> str:
     """The statements as SQL a DBA runs with psql."""
-    lines = [f"-- streamfill's roles in database {database}: run as a superuser (or the database's owner with "
-             "CREATEROLE),", f"-- then `streamfill db upgrade` as {roles.owner}"]
+    lines = [f"-- streamfill's roles in database {database}: run as a superuser, then `streamfill db upgrade` as "
+             f"{roles.owner}"]
     for why, stmt in statements(database, schema, roles, targets):
         if why:
             lines.append(f"-- {why}")

@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-PLACEHOLDER = "offsets_db"  # the schema the models name, which no database has: see offsets_db.schema
+PLACEHOLDER = "streamfill_offsets_db_placeholder"  # the models' schema, translated by every engine: offsets_db.schema
 
 
 class Base(DeclarativeBase):

@@ -63,11 +63,18 @@ CREATE_LOCK_SPACE = 0x5F14  # advisory-lock key space of the sink creating a tab
 
 
 def schema_or_current(cur, schema: str | None) -> str:
-    """The schema a table name gave, or the one an unqualified name resolves to (search_path's first)."""
+    """The schema a table name gave, or the one an unqualified name resolves to: search_path's first, passing
+    over offsets_db's own (which a role named like it finds first, through "$user")."""
     if schema is not None:
         return schema
-    cur.execute("SELECT current_schema()")
-    return cur.fetchone()[0]
+    from offsets_db import schema as offsets_db
+
+    cur.execute("SELECT s FROM unnest(current_schemas(false)) s WHERE s <> %s LIMIT 1", (offsets_db.name(),))
+    found = cur.fetchone()
+    if found is None:
+        raise SinkError(f"no schema of this role's search_path but offsets_db's ({offsets_db.name()}) exists to "
+                        "hold the table: name it as schema.table, or SET search_path for the role")
+    return found[0]
 
 
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],

@@ -17,15 +17,22 @@ def _exists(connection, relation: str) -> bool:
 
 
 def _earlier_install(connection, target: str) -> str | None:
-    """The schema holding an install made before offsets_db had a schema of its own, None if there is none."""
-    default = connection.scalar(text("SELECT current_schema()"))
-    if default is None or default == target or _exists(connection, schema.qualified(schema.VERSION_TABLE, target)):
+    """The schema holding an install made before offsets_db had a schema of its own (public, or another of the
+    search path), None if there is none or the schema has offsets_db already."""
+    if _exists(connection, schema.qualified(schema.VERSION_TABLE, target)):
         return None
-    version_table = schema.qualified(schema.VERSION_TABLE, default)
-    if not (_exists(connection, version_table) and _exists(connection, schema.qualified("batch_offsets", default))):
-        return None
-    versions = set(connection.scalars(text(f"SELECT version_num FROM {version_table}")))
-    return default if versions and versions <= OURS else None  # another application's alembic_version is left
+    searched = connection.scalars(text("SELECT unnest(current_schemas(false))")).all()
+    for candidate in dict.fromkeys([*searched, "public"]):
+        if candidate == target:
+            continue
+        version_table = schema.qualified(schema.VERSION_TABLE, candidate)
+        if not (_exists(connection, version_table) and _exists(connection, schema.qualified("batch_offsets",
+                                                                                           candidate))):
+            continue
+        versions = set(connection.scalars(text(f"SELECT version_num FROM {version_table}")))
+        if versions and versions <= OURS:  # another application's alembic_version is left alone
+            return candidate
+    return None
 
 
 url = context.config.get_main_option("sqlalchemy.url")
@@ -40,8 +47,9 @@ with engine.connect() as connection:
     if earlier:
         connection.execute(text(f"ALTER TABLE {schema.qualified(schema.VERSION_TABLE, earlier)} "
                                 f"SET SCHEMA {schema.quote(target)}"))
-    # revisions 0001-0005 name their tables bare: they land in the schema
-    connection.execute(text(f"SET search_path TO {schema.quote(target)}"))
+    # revisions 0001-0005 name their tables bare: an earlier install's are where it has them until 0006 moves
+    # them (and sets the schema's path for what follows), a fresh install's land in the schema
+    connection.execute(text(f"SET search_path TO {schema.quote(earlier or target)}"))
     context.configure(connection=connection, target_metadata=Base.metadata, compare_type=True,
                       version_table_schema=target)
     with context.begin_transaction():

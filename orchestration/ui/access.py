@@ -1,8 +1,8 @@
 """Which jobs a user of the page may see, as Airflow's auth manager decides per DAG (auth.AirflowReader asks it).
 
-A job's DAGs: those streamfill makes for its entry (the entry named like the job, or like its name before the
-first dot, as windows and replays are named: `orders.interval.…`), and every DAG offsets_db recorded as having
-launched it (runs.dag_id). A user sees a job when Airflow lets them read the runs of one of its DAGs: a team's
+A job's DAGs: those streamfill makes for its entry (the entry named like the job, or the one a window, replay or
+backfill is named after: `orders.interval.…`), and every DAG offsets_db recorded as having launched it
+(runs.dag_id) but the replay form all entries share. A user sees a job when Airflow lets them read the runs of one of its DAGs: a team's
 roles name its entries' DAGs, and whoever may read a DAG's runs already sees in Airflow what they launched. A job
 with no such DAG (a CLI launch under a name of its own) is shown to those who may read every DAG.
 """
@@ -29,15 +29,25 @@ class Reader(Protocol):
         """Whether the user may read the runs of every DAG Airflow has."""
 
 
+# the jobs streamfill names after an entry: `<entry>.<kind>.<window or digest>` (orchestration.tasks.window_job,
+# spark_jobs.backfill.backfill_job)
+NAMED_AFTER_ENTRY = ("interval", "replay", "backfill")
+
+
 def entry_of(name: str, specs: dict[str, PipelineSpec]) -> PipelineSpec | None:
-    """The jobs file's entry of job `name`: its own, or that of a window or replay named after it."""
-    return specs.get(name) or specs.get(name.split(".")[0])
+    """The jobs file's entry of job `name`: its own, or that of a window, replay or backfill named after it."""
+    if name in specs:
+        return specs[name]
+    parts = name.rsplit(".", 2)
+    return specs.get(parts[0]) if len(parts) == 3 and parts[1] in NAMED_AFTER_ENTRY else None
 
 
 def dags_of(name: str, specs: dict[str, PipelineSpec], recorded: Iterable[str]) -> set[str]:
+    """The entry's own DAGs and those recorded as launching the job, but the replay form every team shares: who
+    may read it is no reason to see each entry's replays."""
     spec = entry_of(name, specs)
     made = dag_ids.of_entry(spec.name, spec.topic is not None) if spec is not None else []
-    return {*made, *recorded}
+    return {*made, *(d for d in recorded if d != dag_ids.REPLAY)}
 
 
 def recorded_dags(engine: Engine, names: list[str] | None = None) -> dict[str, set[str]]:
@@ -64,10 +74,9 @@ class Access:
         readable = self.reader.readable(set().union(*dags.values())) if dags else set()
         return {name for name, own in dags.items() if (own & readable if own else self.reader.reads_every_dag())}
 
-    def jobs(self, engine: Engine, specs: dict[str, PipelineSpec]) -> set[str] | None:
-        """The jobs of offsets_db the user may see; None: every one (they may read every DAG)."""
-        if self.reader.reads_every_dag():
-            return None
+    def jobs(self, engine: Engine, specs: dict[str, PipelineSpec]) -> set[str]:
+        """The jobs of offsets_db the user may see, each by its own DAGs as `may_see` decides it (a job whose DAGs
+        this Airflow no longer has stays hidden from those who may read only the DAGs it has)."""
         return self.visible(recorded_dags(engine), specs)
 
     def may_see(self, engine: Engine, specs: dict[str, PipelineSpec], name: str) -> bool:

@@ -30,8 +30,10 @@ from spark_jobs import backfill, quality, stream
 from spark_jobs.pipelines import jobs_file
 from tests.integration.test_jobs import demo_topic
 from tests.job_helpers import orders_columns, run_here
+from tests.shared_run import AIRFLOW_GROUP
 
-pytestmark = pytest.mark.integration
+# its replay runs the shared streamfill_replay DAG (one active run at a time) beside the other Airflow tests' runs
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 CLI = str(Path(sys.executable).parent / "streamfill")
 

@@ -118,6 +118,25 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
     engine.dispose()
 
 
+def test_an_install_at_an_older_revision_gets_the_revisions_it_lacks_then_moves(fresh_db):
+    cli = str(Path(sys.executable).parent / "streamfill")
+    env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
+    older = subprocess.run([cli, "db", "upgrade", "0003"], env={**env, "STREAMFILL_DB_SCHEMA": "public"},
+                           capture_output=True, text=True, timeout=120)
+    assert older.returncode == 0, older.stderr
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO public.jobs (name, kind, config) VALUES ('from-0003', 'stream', '{}')"))
+    done = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name FROM streamfill.jobs")).scalars().all() == ["from-0003"]
+        assert conn.execute(text("SELECT to_regclass('streamfill.job_leases') IS NOT NULL AND "
+                                 "to_regclass('public.jobs') IS NULL")).scalar_one()
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0006"
+    engine.dispose()
+
+
 def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
     env = {**os.environ, "STREAMFILL_DB_URL": "postgresql+psycopg2://streamfill@127.0.0.1:1/nowhere"}
     cli = str(Path(sys.executable).parent / "streamfill")

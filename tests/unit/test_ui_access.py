@@ -43,10 +43,12 @@ def test_a_jobs_dags_are_its_entrys_and_those_that_launched_it():
     assert dags_of("orders", SPECS, []) == {"streamfill_stream__orders", "streamfill_stream_health__orders",
                                             "streamfill_interval__orders", "streamfill_quality__orders"}
     assert dags_of("many", SPECS, []) == set(dag_ids.of_entry("many", False))  # no windows without one topic
-    # windows and replays are named after their entry; a replay also names the form that launched it
-    assert dags_of("orders.replay.0123456789", SPECS, [dag_ids.REPLAY]) == dags_of("orders", SPECS, []) | {
-        dag_ids.REPLAY}
+    # windows, replays and backfills are named after their entry; the replay form every entry shares is not
+    # one of a replay's DAGs (reading it would show every team's replays)
+    assert dags_of("orders.replay.0123456789", SPECS, [dag_ids.REPLAY]) == dags_of("orders", SPECS, [])
+    assert dags_of("orders.backfill.0123456789", SPECS, []) == dags_of("orders", SPECS, [])
     assert dags_of("adhoc-backfill", SPECS, []) == set()  # a CLI launch under a name of its own
+    assert dags_of("orders.mine", SPECS, []) == set()  # a name of the user's that starts like an entry's
     assert dags_of("gone", SPECS, ["streamfill_stream__gone"]) == {"streamfill_stream__gone"}
 
 
@@ -59,16 +61,11 @@ def test_a_user_sees_the_jobs_of_the_dags_they_may_read_and_a_cli_job_only_with_
     assert len(orders_team.asked) == 1  # one question for every job of the list
     quality_only = Granted(dag_ids.quality("payments"))  # one DAG of an entry is enough to see its jobs
     assert Access(quality_only).visible(jobs, SPECS) == {"payments", "payments.replay.0123456789"}
-    replays = Granted(dag_ids.REPLAY)  # whoever reads the replay form's runs sees what they launched
-    assert Access(replays).visible(jobs, SPECS) == {"payments.replay.0123456789"}
+    replays = Granted(dag_ids.REPLAY)  # the shared replay form's runs show no entry's jobs
+    assert Access(replays).visible(jobs, SPECS) == set()
     assert Access(Granted(every=True)).visible(jobs, SPECS) == set(jobs)
     assert Access(Granted()).visible(jobs, SPECS) == set()
     assert Access(Granted()).visible({}, SPECS) == set()
-
-
-def test_a_user_who_reads_every_dag_is_not_asked_about_each_job():
-    every = Granted(every=True)
-    assert Access(every).jobs(engine=None, specs=SPECS) is None and every.asked == []
 
 
 def test_the_jobs_file_is_the_airflow_variable_else_the_setting(tmp_path, monkeypatch):

@@ -18,15 +18,22 @@ branch_labels = None
 depends_on = None
 
 
+# what revisions 0001-0005 made, named here: a later revision's tables do not exist yet when this one runs
+TABLES = ("jobs", "runs", "batches", "job_leases", "quality_results", "batch_offsets", "data_loss_events",
+          "dead_letters", "snapshots")
+VIEWS = ("offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput")
+
+
 def upgrade() -> None:
     earlier = context.config.attributes.get("earlier_schema")
     if not earlier:
         return
     into = schema.quote(schema.name())
-    for table in schema.tables():
+    for table in TABLES:
         op.execute(f"ALTER TABLE {schema.qualified(table, earlier)} SET SCHEMA {into}")
-    for view in schema.VIEWS:
+    for view in VIEWS:
         op.execute(f"ALTER VIEW {schema.qualified(view, earlier)} SET SCHEMA {into}")
+    op.execute(f"SET search_path TO {into}")  # later revisions name their tables bare too
 
 
 def downgrade() -> None:
