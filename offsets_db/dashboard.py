@@ -32,18 +32,21 @@ LEFT JOIN LATERAL (SELECT sum(rows_written)::bigint AS rows_hour, sum(dead_lette
 LEFT JOIN LATERAL (SELECT success, checked_at FROM {quality_results} WHERE job_id = j.id
                    ORDER BY checked_at DESC LIMIT 1) q ON true
 LEFT JOIN LATERAL (SELECT count(*) AS events FROM {data_loss_events} WHERE job_id = j.id) dl ON true
+WHERE CAST(:only AS text[]) IS NULL OR j.name = ANY(CAST(:only AS text[]))
 ORDER BY j.name = ANY(CAST(:first AS text[])) DESC, coalesce(lc.last_commit, j.created_at) DESC, j.name
 LIMIT :limit
 """
 
 
-def overview(engine: Engine, now: datetime, first: list[str], limit: int = 200) -> list[dict[str, Any]]:
-    """One row per job (the jobs named in `first` on top, then the most recently active): its newest run, last
-    commit, lag now (sum and worst partition), rows and dead letters committed in the hour before `now`, newest
-    quality verdict and count of data-loss events."""
+def overview(engine: Engine, now: datetime, first: list[str], limit: int = 200,
+             only: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per job (of the jobs named in `only`, when given; the jobs named in `first` on top, then the most
+    recently active): its newest run, last commit, lag now (sum and worst partition), rows and dead letters
+    committed in the hour before `now`, newest quality verdict and count of data-loss events."""
+    params = {"hour_ago": now - timedelta(hours=1), "first": list(first), "limit": limit,
+              "only": None if only is None else list(only)}
     with engine.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(statement(OVERVIEW), {"hour_ago": now - timedelta(hours=1),
-                                                                   "first": list(first), "limit": limit})]
+        return [dict(r._mapping) for r in conn.execute(statement(OVERVIEW), params)]
 
 
 def job_count(engine: Engine) -> int:

@@ -68,13 +68,8 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: i
     now = now or datetime.now(timezone.utc)
     specs, jobs_error = entries()
     shown = access.jobs(engine, specs) if access is not None else None
-    if shown is None:
-        found = dashboard.overview(engine, now, sorted(specs), limit=limit)
-    else:
-        # offsets_db's overview puts the jobs it is given first: the visible ones fill the limit, then the entries
-        # go first among them as they do for everyone
-        found = dashboard.overview(engine, now, sorted(shown), limit=min(limit, len(shown))) if shown else []
-        found = sorted((r for r in found if r["name"] in shown), key=lambda r: r["name"] not in specs)
+    found = dashboard.overview(engine, now, sorted(specs), limit=limit,
+                               only=None if shown is None else sorted(shown)) if shown is None or shown else []
     positions = dashboard.next_offsets(engine, [r["name"] for r in found])
     windows = {r["name"]: fmt.window_of(r["config"]) if r["kind"] == "backfill" else None for r in found}
     ends, broker_error = log_ends({tp for r in found if windows[r["name"]] is None
