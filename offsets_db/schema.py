@@ -5,13 +5,14 @@ schema or a real one, is never translated); hand-written SQL names the tables th
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from sqlalchemy import TextClause, text
 
 from offsets_db.models import PLACEHOLDER, Base
 from offsets_db.views import ALL as VIEW_SQL
-from streamfill.settings import get_settings
+from streamfill.settings import Settings, get_settings
 
 VIEWS = tuple(VIEW_SQL)
 VERSION_TABLE = "alembic_version"
@@ -23,6 +24,15 @@ def tables() -> tuple[str, ...]:
 
 
 def name() -> str:
+    return _checked(os.environ.get(_SETTING))
+
+
+_SETTING = f"{Settings.model_config['env_prefix']}DB_SCHEMA"
+
+
+@lru_cache(maxsize=8)
+def _checked(_raw: str | None) -> str:
+    """The setting read and validated once per value: every statement of a commit and the page names it."""
     return get_settings().db_schema
 
 
