@@ -12,9 +12,10 @@
    commits take a per-job advisory lock, so they run one at a time while the job's plans go on.
 3. commit: `commit_batch` opens ONE transaction, finds the pending batch, checks that the staged rows are that
    batch's (their offsets lie in its ranges), hands the cursor to the sink to move exactly the rows it staged
-   (the sink checks their count), moves the staged dead letters, marks the batch committed and moves the job's
-   snapshot to its ends (`mark_committed`), then commits. A deadlock with another writer retries the whole
-   transaction (the staged rows stay until a commit succeeds).
+   (the sink checks their count), moves the staged dead letters, marks the batch committed, moves the job's
+   snapshot to its ends and gives the batch the job's next commit number (`mark_committed`: the numbers are
+   the outbox that announces commits to Airflow, offsets_db/announcements.py), then commits. A deadlock with
+   another writer retries the whole transaction (the staged rows stay until a commit succeeds).
 4. resume and checkpoint checks: `resume_state` is where a job continues; a Spark checkpoint that disagrees
    with it is refused (`CheckpointMismatch`), unless it shows the pending batch finished and its sink did not
    commit in offsets_db (then that batch is committed on the way, `commit_through` likewise).
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 
 import psycopg2.errors
 from psycopg2 import sql
-from sqlalchemy import BigInteger, Engine, func, literal, select, tuple_
+from sqlalchemy import BigInteger, Engine, func, literal, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -293,6 +294,10 @@ def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, d
         set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
               "updated_at": func.now()}))
     batch.committed_at = func.now()
+    # the job's next commit number, under its row's lock until this transaction ends: numbers become visible
+    # in order, so an announcer reading them in order never skips one
+    batch.commit_no = s.execute(update(Job).where(Job.id == jid).values(commits=Job.commits + 1)
+                                .returning(Job.commits)).scalar_one()
     if spark_batch_id is not None:
         batch.spark_batch_id = spark_batch_id
     batch.rows_written = rows_written

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -19,8 +20,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 PLACEHOLDER = "streamfill_offsets_db_placeholder"  # the models' schema, translated by every engine: offsets_db.schema
@@ -42,6 +44,7 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(16))
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    commits: Mapped[int] = mapped_column(BigInteger, server_default="0")  # the last commit_no taken
 
 
 class Run(Base):
@@ -60,6 +63,7 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String(16), default="running")
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     ended_at: Mapped[datetime | None]
+    lineage_run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))  # its OpenLineage runId
 
 
 class Batch(Base):
@@ -67,6 +71,7 @@ class Batch(Base):
 
     __tablename__ = "batches"
     __table_args__ = (UniqueConstraint("job_id", "seq", name="batches_job_seq"),
+                      UniqueConstraint("job_id", "commit_no", name="batches_job_commit_no"),
                       Index("batches_job_committed", "job_id", "committed_at"),
                       Index("batches_job_planned", "job_id", "planned_at"))
 
@@ -81,6 +86,8 @@ class Batch(Base):
     dead_letters: Mapped[int | None] = mapped_column(BigInteger)
     behind: Mapped[int | None] = mapped_column(BigInteger)  # sum over partitions of log_end - end at planning
     generation: Mapped[int | None] = mapped_column(BigInteger)  # the lease generation of the launch that planned it
+    # the job's 1st, 2nd, ... commit: taken in the commit's transaction, gap-free, the outbox of announcements
+    commit_no: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class JobLease(Base):
@@ -177,3 +184,30 @@ class QualityResult(Base):
     statistics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     result: Mapped[dict[str, Any]] = mapped_column(default=dict)
     checked_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Announcement(Base):
+    """One asset event announcing a stream's commits `first_commit`..`last_commit` (their `batches.commit_no`).
+    Formed with its extra and token before delivery; `airflow_event_id` once Airflow stored it. The newest
+    `last_commit` of a job is where its announcer stands."""
+
+    __tablename__ = "announcements"
+    __table_args__ = (CheckConstraint("first_commit <= last_commit", name="announcements_commits_ordered"),
+                      UniqueConstraint("job_id", "seq", name="announcements_job_seq"),
+                      UniqueConstraint("job_id", "first_commit", name="announcements_job_first_commit"),
+                      Index("announcements_one_pending", "job_id", unique=True,
+                            postgresql_where=text("delivered_at IS NULL")))
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    token: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), unique=True)
+    first_commit: Mapped[int] = mapped_column(BigInteger)
+    last_commit: Mapped[int] = mapped_column(BigInteger)
+    partition_key: Mapped[str] = mapped_column(String(250))
+    extra: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    attempts: Mapped[int] = mapped_column(server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+    airflow_event_id: Mapped[int | None] = mapped_column(BigInteger)
+    delivered_at: Mapped[datetime | None]

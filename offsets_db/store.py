@@ -70,23 +70,26 @@ class OffsetStore:
         return fencing.acquire(self.engine, job, jid, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
 
     def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
-                  spark_app_id: str | None = None, lease: Lease | None = None) -> int:
+                  spark_app_id: str | None = None, lease: Lease | None = None, lineage_run_id: str | None = None,
+                  on_lost: Callable[[list[str]], None] | None = None) -> int:
         """One row per launch, so offsets_db shows who ran what when, where (host and pid) and for which Airflow
-        run.
+        run (and, `lineage_run_id`, as which OpenLineage run).
 
         Called by the launch holding the job (`hold`): launches still marked running were killed before they
-        could say so (SIGKILL, a lost machine) and become `lost`."""
+        could say so (SIGKILL, a lost machine) and become `lost`; `on_lost` gets their OpenLineage run ids."""
         with Session(self.engine) as s, s.begin():
             jid = job_id(s, job)
-            s.execute(update(Run).where(Run.job_id == jid, Run.status == "running")
-                      .values(status="lost", ended_at=func.now()))
+            lost = s.scalars(update(Run).where(Run.job_id == jid, Run.status == "running")
+                             .values(status="lost", ended_at=func.now()).returning(Run.lineage_run_id)).all()
             run = Run(job_id=jid, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
-                      pid=os.getpid(), spark_app_id=spark_app_id, status="running")
+                      pid=os.getpid(), spark_app_id=spark_app_id, status="running", lineage_run_id=lineage_run_id)
             s.add(run)
             s.flush()
             run_id = run.id
         if lease is not None:
             lease.set_run(run_id)
+        if on_lost is not None and any(lost):
+            on_lost([str(r) for r in lost if r is not None])
         return run_id
 
     def end_run(self, run_id: int, status: str) -> None:

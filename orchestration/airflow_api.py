@@ -1,4 +1,5 @@
-"""A small client of Airflow's REST API v2 (token login, trigger, wait), for `make demo` and the tests."""
+"""A small client of Airflow's REST API v2 (token login, trigger, wait, asset events), for `make demo`, the
+announcer of a stream's commits and the tests."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ __all__ = ["AirflowApi", "AirflowError"]
 class AirflowApi:
     """Logged in as the local stack's admin (`settings.airflow_login`), or as the user and password given."""
 
-    def __init__(self, settings: Settings, login: tuple[str, str] | None = None) -> None:
-        self.base = f"http://{settings.host}:{settings.airflow_port}"
+    def __init__(self, settings: Settings | None, login: tuple[str, str] | None = None, *,
+                 base: str | None = None) -> None:
+        self.base = (base or f"http://{settings.host}:{settings.airflow_port}").rstrip("/")
         self.login = login or settings.airflow_login()
         body = json.dumps({"username": self.login[0], "password": self.login[1]}).encode()
         req = urllib.request.Request(f"{self.base}/auth/token", data=body, method="POST",
@@ -64,3 +66,24 @@ class AirflowApi:
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
+
+    def asset_id(self, uri: str) -> int | None:
+        """The id of the asset with exactly this URI; None until a DAG that names it was parsed."""
+        found = self.call("GET", f"/api/v2/assets?uri_pattern={urllib.parse.quote(uri)}&limit=100")
+        return next((a["id"] for a in found.get("assets", []) if a["uri"] == uri), None)
+
+    def create_asset_event(self, asset_id: int, extra: dict, partition_key: str | None = None) -> int:
+        body = {"asset_id": asset_id, "extra": extra, **({"partition_key": partition_key} if partition_key else {})}
+        return self.call("POST", "/api/v2/assets/events", body)["id"]
+
+    def asset_events(self, asset_id: int, since: str | None = None) -> list[dict]:
+        """Every event of the asset (from `since`, an ISO time, on), oldest first."""
+        out: list[dict] = []
+        while True:
+            query = f"asset_id={asset_id}&order_by=timestamp&limit=100&offset={len(out)}"
+            if since:
+                query += f"&timestamp_gte={urllib.parse.quote(since)}"
+            page = self.call("GET", f"/api/v2/assets/events?{query}")["asset_events"]
+            out += page
+            if len(page) < 100:
+                return sorted(out, key=lambda e: e["id"])

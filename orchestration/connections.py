@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from streamfill.errors import OptionError
 from streamfill.kafka_client import CLIENT_FIELDS, KAFKA_CONNECTION, SASL_MECHANISMS, SECURITY_PROTOCOLS
 
+POSTGRES_CONNECTION = "streamfill_postgres"  # offsets_db and the tables: the database the jobs write
 SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
+# Airflow's REST API for the announcer of a stream's commits: host = its base URL, a user who may create asset events
+API_CONNECTION = "streamfill_airflow_api"
 PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
 

@@ -22,6 +22,10 @@ def quality(job: str) -> str:
     return f"streamfill_quality__{job}"
 
 
+def announce(job: str) -> str:
+    return f"streamfill_announce__{job}"
+
+
 def of_entry(job: str, one_topic: bool) -> list[str]:
     """The DAGs made for the entry `job` alone (windows need one topic); the shared replay form is not one."""
-    return [stream(job), stream_health(job), *([interval(job)] if one_topic else []), quality(job)]
+    return [stream(job), stream_health(job), *([interval(job)] if one_topic else []), quality(job), announce(job)]

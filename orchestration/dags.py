@@ -9,9 +9,14 @@ Per job J:
   a run stop when caught up (`available-now`).
 - streamfill_stream_health__J: every few minutes, fails when the last commit is too old or the lag too large.
 - streamfill_interval__J: one run per schedule interval [data_interval_start, data_interval_end): the offsets
-  between offsets-for-times of the two instants, in replace mode, then the quality suite on that window.
-  Airflow's own backfill (`airflow backfill create` or the UI) reprocesses any window; re-running is idempotent.
+  between offsets-for-times of the two instants, in replace mode, then the quality suite on that window, then
+  one asset event of the windows' table (orchestration/assets.py) keyed by the window's start, with what the
+  window committed in its extra (a re-run emits again, marked `rerun`). Airflow's own backfill (`airflow
+  backfill create` or the UI) reprocesses any window; re-running is idempotent.
 - streamfill_quality__J: the quality suite on the stream's table, with freshness, on a schedule.
+- streamfill_announce__J: scheduled on the stream's table asset, so Airflow's triggerer runs the asset's
+  watcher, which announces the stream's commits as asset events keyed `commits:<n>` (orchestration/announce.py).
+  Pausing it stops the announcements; commits made meanwhile are announced when it is unpaused.
 And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
 
 Scheduled DAGs start paused: unpause those you want running (a backfill's runs of a paused DAG stay queued).
@@ -26,7 +31,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
-from orchestration import dag_ids
+from orchestration import assets, dag_ids
 from orchestration.jobs_file import pin
 from spark_jobs.pipelines import PipelineSpec, load
 
@@ -72,6 +77,31 @@ def backfill_window(job: str) -> str:
                                    o.iso(start), "--to", o.iso(end), "--table", spec.interval_target, "--mode",
                                    "replace", "--wait-for-job", o.RETRY_WAIT], o.endpoints())
     return name
+
+
+@task
+def announce_window(job: str, window_job: str) -> None:
+    """The window's asset event: its start as the partition key, what it committed in the extra (the task's
+    outlet is the windows' table)."""
+    from orchestration import tasks as o
+
+    ctx = get_current_context()
+    key, extra = o.window_event(o.endpoints().db_url, job, window_job, ctx["data_interval_start"],
+                                ctx["data_interval_end"])
+    event = ctx["outlet_events"][ctx["task"].outlets[0]]
+    event.extra = extra
+    event.add_partitions(key)
+    body = extra["streamfill"]
+    print(f"asset event {key} of {ctx['task'].outlets[0].uri}: {body['rows']:,} rows, {body['dead_letters']:,} "
+          f"dead letters, pass {body['pass']}{' (a re-run)' if body['rerun'] else ''}", flush=True)
+
+
+@task
+def note_unkeyed_event() -> None:
+    ctx = get_current_context()
+    for asset, events in ctx["triggering_asset_events"].items():
+        print(f"{len(events)} event(s) of {asset.uri} without a partition key; streamfill's announcements carry "
+              "one (commits:<n>) and go to partitioned consumers", flush=True)
 
 
 @task
@@ -122,7 +152,7 @@ def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = Fal
     ends = o.endpoints()
     outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
                          freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None,
-                         schema_registry=ends.schema_registry or None)
+                         schema_registry=ends.schema_registry or None, parent=o.lineage_parent())
     q.require(outcome)
 
 
@@ -132,11 +162,12 @@ def build() -> dict[str, DAG]:
     JOBS.clear()
     JOBS.update(load(pin()))
     one_topic = [name for name, spec in JOBS.items() if spec.topic is not None]
-    dags = [_entry_dags(spec) for spec in JOBS.values()]
+    db_url = assets.database_url()
+    dags = [_entry_dags(spec, assets.of_entry(spec, db_url)) for spec in JOBS.values()]
     return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic)]}
 
 
-def _entry_dags(spec: PipelineSpec) -> list[DAG]:
+def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
     out = []
     with DAG(dag_id=dag_ids.stream(spec.name), schedule=None, catchup=False, max_active_runs=1,
              tags=TAGS, doc_md=__doc__,
@@ -158,8 +189,17 @@ def _entry_dags(spec: PipelineSpec) -> list[DAG]:
                  schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
                  default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}) as dag:
             window = backfill_window(spec.name)
-            quality(window, spec.interval_target, spec.name)
+            checked = quality(window, spec.interval_target, spec.name)
+            checked >> announce_window.override(outlets=[tables.windows])(spec.name, window)
         out.append(dag)
+
+    # Airflow's triggerer runs an asset's watcher while an unpaused DAG schedules on the asset: this one keeps
+    # the stream's announcer running. Its runs come only from unkeyed events (another tool's); announcements
+    # are keyed and go to partitioned consumers
+    with DAG(dag_id=dag_ids.announce(spec.name), schedule=[tables.stream], catchup=False, tags=TAGS,
+             is_paused_upon_creation=False, doc_md=__doc__) as dag:
+        note_unkeyed_event()
+    out.append(dag)
 
     with DAG(dag_id=dag_ids.quality(spec.name), catchup=False, max_active_runs=1, tags=TAGS,
              schedule=CronDataIntervalTimetable(spec.quality_schedule, timezone="UTC"),

@@ -24,6 +24,7 @@ from pathlib import Path
 from offsets_db import queries
 from offsets_db.engine import make_engine
 from orchestration.connections import (
+    POSTGRES_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
     kafka_client,
     postgres_url,
@@ -33,13 +34,13 @@ from orchestration.connections import (
 import spark_jobs
 from spark_jobs import class_archive, py_files
 from streamfill import REPO_ROOT
-from streamfill.errors import OptionError
+from streamfill.errors import OptionError, UnknownJob
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
 from streamfill.settings import get_settings
 
 log = logging.getLogger("streamfill.orchestration")
 
-POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = "streamfill_postgres", KAFKA_CONNECTION, "streamfill_spark_master"
+POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = POSTGRES_CONNECTION, KAFKA_CONNECTION, "streamfill_spark_master"
 
 
 # the backfill's flags and the replay form's fields that carry them
@@ -114,8 +115,9 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
            "--conf", "spark.ui.showConsoleProgress=false", str(Path(spark_jobs.__file__).parent / script), *args]
     # a cluster's executors run the PYSPARK_PYTHON of Airflow's environment when it names one
     workers_python = os.environ.get("PYSPARK_PYTHON", sys.executable) if cluster else sys.executable
+    parent = lineage_parent()
     env = {**(py_files.driver_paths(get_settings().home) if cluster else {}), **os.environ, **ends.env(),
-           **(extra_env or {}), "PYSPARK_PYTHON": workers_python,
+           **(parent.environ() if parent else {}), **(extra_env or {}), "PYSPARK_PYTHON": workers_python,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     env = class_archive.with_archive(env, get_settings().home)
     log.info("running %s against Kafka %s", " ".join(cmd), describe(ends.kafka))
@@ -177,6 +179,46 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def window_job(job: str, start: datetime) -> str:
     """One backfill job per window, so a window's chunks resume and its re-runs are recognised."""
     return f"{job}.interval.{start.astimezone(timezone.utc):%Y%m%dT%H%M}"
+
+
+def lineage_parent(context=None):
+    """The OpenLineage run of the Airflow task running now (spark_jobs.lineage_events.Parent), with the ids
+    Airflow's OpenLineage provider gives the task and its DAG run, so the job's events join the provider's in one
+    graph; None outside a task. The namespace is the provider's: OPENLINEAGE_NAMESPACE, else `default`."""
+    from spark_jobs.lineage_events import Parent, airflow_dag_run_id, airflow_task_run_id
+
+    if context is None:
+        from airflow.sdk import get_current_context
+
+        try:
+            context = get_current_context()
+        except Exception:  # noqa: BLE001 - not inside a task (a CLI launch): no parent
+            return None
+    ti, dag_run = context["ti"], context["dag_run"]
+    namespace = os.environ.get("OPENLINEAGE_NAMESPACE") or "default"
+    instant = dag_run.logical_date or dag_run.run_after
+    task_run = airflow_task_run_id(namespace, ti.dag_id, ti.task_id, ti.try_number, ti.map_index, instant)
+    dag_run_id = airflow_dag_run_id(namespace, ti.dag_id, getattr(dag_run, "clear_number", 0) or 0, instant)
+    return Parent(namespace, f"{ti.dag_id}.{ti.task_id}", task_run, namespace, ti.dag_id, dag_run_id)
+
+
+def window_event(db_url: str, entry: str, job: str, start: datetime, end: datetime) -> tuple[str, dict]:
+    """(partition key, extra) of the asset event of a window's run: the window's start as the key, and what this
+    pass of the window's job committed (rows, dead letters, offsets per partition), marked as a re-run from its
+    second pass on."""
+    from offsets_db.announce_plan import WINDOW, WINDOW_KEY_FORMAT, to_extra
+    from offsets_db.announcements import newest_pass
+
+    engine = make_engine(db_url)
+    try:
+        number, covered = newest_pass(engine, job)
+    except UnknownJob:  # nothing recorded the window's job: nothing landed
+        number, covered = 1, None
+    finally:
+        engine.dispose()
+    key = start.astimezone(timezone.utc).strftime(WINDOW_KEY_FORMAT)
+    return key, to_extra(WINDOW, job, covered, entry=entry, window={"start": iso(start), "end": iso(end)},
+                         **{"pass": number, "rerun": number > 1})
 
 
 def replay_job(job: str, frm: str, to: str, table: str) -> str:

@@ -31,10 +31,10 @@ from spark_jobs.runs import (
     console,
     err,
     fail,
-    first_lines,
     job_session,
     kafka_options,
     reader_options,
+    lineage_io,
     recorded_run,
     rows_of,
     say_where,
@@ -43,7 +43,7 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
-from streamfill.errors import OptionError, StreamfillError
+from streamfill.errors import OptionError, StreamfillError, first_lines
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
@@ -189,8 +189,13 @@ def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
     if prior and window == Window.from_json(prior["window"]) and prior["table"] == args.table \
             and args.mode == "append-new":
         return Prepared(window, {tp: e for tp, (_, e) in window.bounds.items()}, "complete")
+    # a pass's number and the batch before it: what this pass committed, and whether it is a re-run, stay facts
+    # of offsets_db (the window's asset event reports them: offsets_db.announcements.newest_pass)
+    number = (prior.get("pass", 1) + 1) if prior else 1
+    since = store.last_batch_id(args.job) if prior else 0
     return Prepared(window, {tp: s for tp, (s, _) in window.bounds.items()}, "new pass" if prior else "new",
-                    {"backfill": {**args.recorded(), "mode": args.mode, "window": window.to_json()}}, restart=True)
+                    {"backfill": {**args.recorded(), "mode": args.mode, "window": window.to_json(),
+                                  "pass": number, "since_batch": since}}, restart=True)
 
 
 def record(args: BackfillArgs, prep: Prepared, store: OffsetStore) -> None:
@@ -286,7 +291,8 @@ def _write_chunks(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
     planned = dict(prep.done)  # where each partition stands once every chunk started so far has committed
     flying: dict[Future, dict[TopicPartition, tuple[int, int]]] = {}
     failure: BaseException | None = None
-    with recorded_run(store, args.job, spark.sparkContext.applicationId, lease), \
+    io = lineage_io(args.spec, [args.topic], kafka, url, args.table)
+    with recorded_run(store, args.job, spark.sparkContext.applicationId, lease, io), \
             ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="streamfill-chunk") as pool:
         while True:
             while failure is None and len(flying) < IN_FLIGHT:

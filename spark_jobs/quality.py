@@ -13,6 +13,7 @@ GX is imported inside `validate` (it pulls in pyspark, seconds): DAG files stay 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -21,8 +22,10 @@ from typing import Any
 from offsets_db import reconcile
 from offsets_db.engine import make_engine
 from offsets_db.store import OffsetStore
-from spark_jobs import pipelines
+from spark_jobs import lineage, pipelines
+from spark_jobs.lineage_events import Parent, assertions_facet, assertions_of, input_dataset, quality_job
 from spark_jobs.pipelines import expectations, registry
+from streamfill.datasets import PgTable
 from streamfill.errors import QualityFailed
 
 COORDINATES = ("topic", "partition", "offset")
@@ -39,10 +42,27 @@ class Outcome:
 
 def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: bool = False,
              freshness: timedelta | None = None, now: datetime | None = None,
-             schema_registry: Mapping[str, str] | None = None) -> Outcome:
+             schema_registry: Mapping[str, str] | None = None, parent: Parent | None = None) -> Outcome:
     """Run the entry `pipeline`'s suite on `table` for what `job` consumed; store and return the outcome (never
     raises on a failing expectation: `require` does). An entry whose columns come from a registry subject is
-    checked against the columns of its latest version (`schema_registry`: the registry's client settings)."""
+    checked against the columns of its latest version (`schema_registry`: the registry's client settings).
+    With lineage configured, the check is an OpenLineage run `<job>.quality` reading the table, with the
+    expectations' verdicts as its data-quality assertions; it FAILs when an expectation fails. `parent`: the
+    launching run (default: OPENLINEAGE_PARENT_ID)."""
+    parent = parent if parent is not None else Parent.parse(os.environ)
+    checked = PgTable.of(db_url, table)
+    with lineage.launch_run(quality_job(job), [checked], [], parent=parent) as run:
+        outcome, results = _validate(db_url, table, job, pipeline, whole_table, freshness, now, schema_registry)
+        if results is not None:
+            run.inputs = [input_dataset(checked, assertions=assertions_facet(assertions_of(results)))]
+        if not outcome.success:
+            run.failed(f"{table}: expectations failed: "
+                       + "; ".join(line for line in outcome.lines if line.startswith("FAIL"))[:2000])
+    return outcome
+
+
+def _validate(db_url: str, table: str, job: str, pipeline: str, whole_table: bool, freshness: timedelta | None,
+              now: datetime | None, schema_registry: Mapping[str, str] | None) -> tuple[Outcome, list | None]:
     spec = registry.resolved(pipelines.entry(pipeline), schema_registry)
     suite = spec.name
     own = expectations.for_entry(spec)  # validated before anything is read
@@ -58,14 +78,14 @@ def validate(db_url: str, table: str, job: str, *, pipeline: str, whole_table: b
                               {"evaluated_expectations": 0, "successful_expectations": 0})
             outcome.result_id = reconcile.record_result(engine, job_id, suite, table, True, outcome.statistics,
                                                         {"note": outcome.lines[0]})
-            return outcome
+            return outcome, None
         subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table,
                                                                           job_id, upsert=upsert)
         res = _run(db_url, f"{suite}:{table}:{job}", subset_q, _suite(own, reconcile_q, freshness, now, exact=not upsert))
         outcome = Outcome(bool(res.success), table, [_line(r) for r in res.results], dict(res.statistics))
         outcome.result_id = reconcile.record_result(engine, job_id, suite, table, outcome.success,
                                                     _jsonable(outcome.statistics), _jsonable(res.describe_dict()))
-        return outcome
+        return outcome, list(res.results)
     finally:
         engine.dispose()
 

@@ -127,19 +127,52 @@ def rows_of(spec: PipelineSpec, kafka):
 class RunRow:
     id: int
     status: str = "succeeded"  # the body sets "stopped" when it ended on request
+    lineage: object | None = None  # the launch's OpenLineage run (spark_jobs.lineage.LineageRun)
+
+
+@dataclass(frozen=True)
+class LineageIO:
+    """What a launch reads and writes, for its OpenLineage events (streamfill.datasets names or built datasets)."""
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+    processing: str = "BATCH"  # or STREAMING
+
+
+def lineage_io(spec: PipelineSpec, topics: list[str], kafka: Mapping[str, str], url: str, table: str,
+               processing: str = "BATCH") -> LineageIO:
+    """The topics an entry's launch reads (a pattern stands for the topics it matches) and the table it writes
+    with the columns the entry gives it."""
+    from spark_jobs.lineage_events import output_dataset, schema_facet
+    from streamfill.datasets import KafkaTopic, PgTable
+
+    servers = kafka.get("bootstrap.servers", "")
+    return LineageIO(tuple(KafkaTopic.of(servers, t) for t in topics),
+                     (output_dataset(PgTable.of(url, table), schema=schema_facet(spec)),), processing)
 
 
 @contextmanager
 def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None,
-                 lease: Lease | None = None) -> Iterator[RunRow]:
+                 lease: Lease | None = None, io: LineageIO = LineageIO()) -> Iterator[RunRow]:
     """A `runs` row for this launch (which holds the job: `lease`), with Airflow's dag and run ids when Airflow
     launched it (it exports AIRFLOW_CTX_* to the tasks it runs). Ends as succeeded, stopped (on request or
-    Ctrl-C) or failed."""
+    Ctrl-C) or failed. Its OpenLineage run (when lineage is configured: spark_jobs/lineage.py) starts and ends
+    with it, under the parent run OPENLINEAGE_PARENT_ID names; launches found lost end as ABORT."""
+    from spark_jobs import lineage
+    from spark_jobs.lineage_events import Parent
+
+    parent = Parent.parse(os.environ)
+    lineage_id, lost = lineage.new_run_id(), []
     run = RunRow(store.start_run(job, dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
                                  airflow_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"), spark_app_id=spark_app_id,
-                                 lease=lease))
+                                 lease=lease, lineage_run_id=lineage_id, on_lost=lost.extend))
+    for old in lost:
+        lineage.aborted(job, old, io.inputs, io.outputs, processing=io.processing,
+                        reason="the launch ended without saying so (killed or its machine lost); found by the next")
     try:
-        yield run
+        with lineage.launch_run(job, io.inputs, io.outputs, parent=parent, run_id=lineage_id,
+                                processing=io.processing) as run.lineage:
+            yield run
     except KeyboardInterrupt:
         run.status = "stopped"
         raise
@@ -168,10 +201,7 @@ def say(message: str) -> None:
     console.print(message, highlight=False)
 
 
-def first_lines(exc: BaseException, n: int = 6) -> str:
-    """Spark's errors carry a JVM stack; the cause people need is in the first lines."""
-    lines = [line for line in str(exc).splitlines() if line.strip() and not line.lstrip().startswith("at ")]
-    return "\n".join(lines[:n])
+
 
 
 def safe_url(url: str) -> str:

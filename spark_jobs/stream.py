@@ -26,6 +26,8 @@ from spark_jobs.runs import (
     job_session,
     kafka_options,
     reader_options,
+    LineageIO,
+    lineage_io,
     recorded_run,
     rows_of,
     say_where,
@@ -178,7 +180,8 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     summary = StreamSummary(args.job, "succeeded")
     with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
                     on_wait=lambda h: console.print(f"waiting for {h.describe()}", highlight=False)) as lease, \
-            recorded_run(store, args.job, spark.sparkContext.applicationId, lease) as run_row:
+            recorded_run(store, args.job, spark.sparkContext.applicationId, lease,
+                         _lineage(args, kafka, url)) as run_row:
         first_batch = store.last_batch_id(args.job)
         query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
         seen, newest = -1, None
@@ -215,6 +218,12 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _lineage(args: StreamArgs, kafka: Mapping[str, str], url: str) -> LineageIO:
+    kind, value = args.subscription
+    return lineage_io(args.spec, value.split(",") if kind == "subscribe" else [value], kafka, url, args.table,
+                      "STREAMING")
 
 
 def _stop_between_batches(query, timeout_s: float = 600) -> None:

@@ -113,3 +113,9 @@ class UnknownJob(StreamfillError, LookupError):
 
 class MissingGrant(StreamfillError, PermissionError):
     """The database role lacks a privilege a launch needs; the message names it and the GRANT that gives it."""
+
+
+def first_lines(exc: BaseException, n: int = 6) -> str:
+    """Spark's errors carry a JVM stack; the cause people need is in the first lines."""
+    lines = [line for line in str(exc).splitlines() if line.strip() and not line.lstrip().startswith("at ")]
+    return "\n".join(lines[:n])

@@ -12,11 +12,11 @@ import urllib.error
 
 from sqlalchemy import create_engine, text
 
+from orchestration import dag_ids
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 
 log = logging.getLogger("streamfill.tests.cleanup")
-DAG_KINDS = ("stream", "stream_health", "interval", "quality")
 TEST_NAME = re.compile(r"t_[0-9a-f]{10}")
 
 
@@ -59,8 +59,7 @@ def _dags(settings: Settings, since_job_id: int, names: list[str]) -> list[str]:
 
     api, out = AirflowApi(settings), []
     for name in names:
-        for kind in DAG_KINDS:
-            dag_id = f"streamfill_{kind}__{name}"
+        for dag_id in dag_ids.of_entry(name, True):
             try:
                 api.call("DELETE", f"/api/v2/dags/{dag_id}")
                 out.append(f"DAG {dag_id}")

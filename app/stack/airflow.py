@@ -23,6 +23,7 @@ from app.stack.secret_file import ensure_secret, generate_password
 from app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
 from orchestration.connections import (
+    API_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
     kafka_connection,
     postgres_connection,
@@ -105,7 +106,19 @@ def connections(settings: Settings) -> dict[str, str]:
             f"AIRFLOW_CONN_{KAFKA_CONNECTION.upper()}": json.dumps(kafka_connection(kafka_client(settings))),
             f"AIRFLOW_CONN_{SCHEMA_REGISTRY_CONNECTION.upper()}": json.dumps(
                 schema_registry_connection(settings.schema_registry())),
-            "AIRFLOW_VAR_STREAMFILL_SPARK_MASTER": settings.spark_master}
+            "AIRFLOW_VAR_STREAMFILL_SPARK_MASTER": settings.spark_master,
+            **api_connection(settings)}
+
+
+def api_connection(settings: Settings) -> dict[str, str]:
+    """The connection the announcer of a stream's commits posts asset events with (orchestration/announce.py): the
+    stack's own API as its admin. None before the stack made the admin's password (Airflow.prepare)."""
+    if not settings.airflow_password_file.exists():
+        return {}
+    user, password = settings.airflow_login()
+    return {f"AIRFLOW_CONN_{API_CONNECTION.upper()}": json.dumps(
+        {"conn_type": "http", "host": f"http://{settings.host}:{settings.airflow_port}", "login": user,
+         "password": password})}
 
 
 def airflow_bin() -> str:

@@ -179,6 +179,7 @@ class PipelineSpec(BaseModel):
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"
     health: Health = Health()
+    announce_every: str = "1m"  # at most one asset event per this long announces the stream's commits
 
     _folder: Path | None = PrivateAttr(None)  # the jobs file's folder: avro_schema is relative to it
     _registry_reader: dict | None = PrivateAttr(None)  # the subject's schema its columns came from (a launch's)
@@ -215,6 +216,18 @@ class PipelineSpec(BaseModel):
             raise ValueError(f"trigger {v!r} is not a trigger; use available-now or an interval such as 5s, 500ms "
                              "or 1m")
         return v
+
+    @field_validator("announce_every")
+    @classmethod
+    def _announce_every(cls, v: str) -> str:
+        ms = durations.parse_ms(v, default_unit="s")
+        if ms is None or ms < 1000:
+            raise ValueError(f"announce_every {v!r} is not a duration of a second or more; e.g. 30s, 1m or 5m")
+        return v
+
+    @property
+    def announce_every_s(self) -> float:
+        return durations.parse_ms(self.announce_every, default_unit="s") / 1000
 
     @field_validator("columns")
     @classmethod

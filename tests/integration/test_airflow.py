@@ -54,8 +54,9 @@ def jobs_file(tmp_path, topic_name) -> Path:
     return path
 
 
-def airflow(settings, *args: str, jobs: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = airflow_env(settings)
+def airflow(settings, *args: str, jobs: Path | None = None, timeout: float = 600,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**airflow_env(settings), **(env_extra or {})}
     if jobs is not None:
         env["STREAMFILL_JOBS_FILE"] = str(jobs)
     return subprocess.run([airflow_bin(), *args], env=env, capture_output=True, text=True, timeout=timeout)
@@ -102,14 +103,19 @@ def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["errors"] == {} and out["tags"] == ["streamfill"]
-    assert out["tasks"]["streamfill_replay"] == 3 and out["tasks"]["streamfill_interval__orders"] == 2
-    assert out["dags"] == ["streamfill_interval__orders", "streamfill_quality__orders", "streamfill_replay",
-                           "streamfill_stream__orders", "streamfill_stream_health__orders"]
+    assert out["tasks"]["streamfill_replay"] == 3 and out["tasks"]["streamfill_interval__orders"] == 3
+    assert out["dags"] == ["streamfill_announce__orders", "streamfill_interval__orders", "streamfill_quality__orders",
+                           "streamfill_replay", "streamfill_stream__orders", "streamfill_stream_health__orders"]
     assert out["rejected"] == {k: "ParamValidationError" for k in ("mode", "job", "from", "table", "chunk")}
 
 
-def test_an_interval_run_reads_exactly_its_window_and_checks_it(stack_settings, bootstrap, db, topic_name,
-                                                                  jobs_file):
+def test_an_interval_run_reads_exactly_its_window_checks_it_and_says_so_as_an_asset_event_and_in_lineage(
+        stack_settings, bootstrap, db, topic_name, jobs_file):
+    from offsets_db.announce_plan import from_extra
+    from orchestration.airflow_api import AirflowApi
+    from streamfill.datasets import PgTable
+    from tests.lineage_receiver import receiver
+
     start = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     ms = int(start.timestamp() * 1000)
     # before the window, in it, after it (record timestamps, not arrival order, decide)
@@ -118,23 +124,52 @@ def test_an_interval_run_reads_exactly_its_window_and_checks_it(stack_settings, 
     sent = timed_events(bootstrap, topic_name, stamps)
     # a manual run at L covers the last whole interval before L: [start, start + 1 h)
     run_at = (start + timedelta(hours=1)).isoformat()
-    done = airflow(stack_settings, "dags", "test", f"streamfill_interval__{topic_name}", run_at, jobs=jobs_file)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    table = f"{topic_name}_hourly"
-    in_window = [(v, bad) for v, bad, ts in sent if ms <= ts < ms + 3_600_000]
-    assert query(db, f'SELECT count(*) FROM "{table}"') == [(sum(not b for _, b in in_window),)]
-    want = {json.loads(v)["event_id"] for v, bad in in_window if not bad}
-    assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
-    job = f"{topic_name}.interval.{start:%Y%m%dT%H%M}"
-    assert query(db, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
-                 j=job) == [(sum(b for _, b in in_window),)]
-    assert query(db, "SELECT success, table_name FROM quality_results q JOIN jobs j ON j.id = q.job_id "
-                     "WHERE j.name = :j", j=job) == [(True, table)]
-    # the same window again: replace rewrites the same rows, nothing more
-    again = airflow(stack_settings, "dags", "test", f"streamfill_interval__{topic_name}", run_at, jobs=jobs_file)
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
-    assert query(db, f'SELECT count(*) FROM "{table}"') == [(len(want),)]
+    dag = f"streamfill_interval__{topic_name}"
+    with receiver() as lineage:
+        done = airflow(stack_settings, "dags", "test", dag, run_at, jobs=jobs_file, env_extra=lineage.env)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        table = f"{topic_name}_hourly"
+        in_window = [(v, bad) for v, bad, ts in sent if ms <= ts < ms + 3_600_000]
+        assert query(db, f'SELECT count(*) FROM "{table}"') == [(sum(not b for _, b in in_window),)]
+        want = {json.loads(v)["event_id"] for v, bad in in_window if not bad}
+        assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
+        job = f"{topic_name}.interval.{start:%Y%m%dT%H%M}"
+        bad = sum(b for _, b in in_window)
+        assert query(db, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
+                     j=job) == [(bad,)]
+        assert query(db, "SELECT success, table_name FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                         "WHERE j.name = :j", j=job) == [(True, table)]
+        # the same window again: replace rewrites the same rows, nothing more
+        again = airflow(stack_settings, "dags", "test", dag, run_at, jobs=jobs_file, env_extra=lineage.env)
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}"')} == want
+        assert query(db, f'SELECT count(*) FROM "{table}"') == [(len(want),)]
+
+    # one asset event of the windows' table per run, keyed by the window's start; the second marked a re-run
+    api = AirflowApi(stack_settings)
+    asset = api.asset_id(PgTable.of(stack_settings.offsets_db_url, table).asset_uri)
+    bodies = [(e["partition_key"], from_extra(e["extra"])) for e in api.asset_events(asset)]
+    assert [(key, b["pass"], b["rerun"], b["rows"], b["dead_letters"], b["window"]["start"]) for key, b in bodies] == [
+        (f"{start:%Y-%m-%dT%H:%M:%S}", n, n > 1, len(want), bad, start.isoformat()) for n in (1, 2)]
+    offsets = {p: sum(e - s for s, e in spans) for p, spans in bodies[0][1]["offsets"][topic_name].items()}
+    assert sum(offsets.values()) == len(in_window)
+
+    # lineage: each backfill and each quality check a run, under the Airflow task that launched it
+    assert lineage.invalid == []
+    runs = [e for e in lineage.events if e["job"]["name"] == job]
+    checks = [e for e in lineage.events if e["job"]["name"] == f"{job}.quality"]
+    assert [e["eventType"] for e in runs] == ["START", "COMPLETE"] * 2
+    assert [e["eventType"] for e in checks] == ["START", "COMPLETE"] * 2
+    first = runs[0]
+    assert first["run"]["facets"]["parent"]["job"]["name"] == f"{dag}.backfill_window"
+    assert first["run"]["facets"]["parent"]["root"]["job"]["name"] == dag
+    # the tasks reach Kafka on its SASL_SSL listener
+    assert [(i["namespace"], i["name"]) for i in first["inputs"]] == [
+        (f"kafka://{stack_settings.kafka_secured_servers.split(',')[0]}", topic_name)]
+    assert [o["name"] for o in first["outputs"]] == [f"{stack_settings.db_name}.public.{table}"]
+    assert {f["name"] for f in first["outputs"][0]["facets"]["schema"]["fields"]} >= {"event_id", "topic", "offset"}
+    assertions = checks[1]["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert assertions and all(a["success"] for a in assertions)
 
 
 def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, stack_settings, bootstrap, db,

@@ -59,11 +59,11 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
         assert conn.execute(text("SELECT title FROM public.jobs")).scalars().all() == ["ours"]
     engine.dispose()
     assert tables == {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
-                      "quality_results", "job_leases", "alembic_version"}
+                      "quality_results", "job_leases", "announcements", "alembic_version"}
     assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"}
 
 
-def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db, monkeypatch):
+def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db):
     """A database upgraded to revision 0005 when offsets_db lived in public, with a history in every table:
     `streamfill db upgrade` moves tables and views into the schema, every row equal, sequences going on."""
     from offsets_db import schema
@@ -73,17 +73,18 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
     before = subprocess.run([cli, "db", "upgrade", "0005"], env={**env, "STREAMFILL_DB_SCHEMA": "public"},
                             capture_output=True, text=True, timeout=120)
     assert before.returncode == 0, before.stderr
-    monkeypatch.setenv("STREAMFILL_DB_SCHEMA", "public")
-    store = OffsetStore(fresh_db)
-    store.ensure_job("legacy-stream", "stream")
-    lease = store.hold("legacy-stream")
-    store.record_planned("legacy-stream", plan({0: (0, 10), 1: (0, 5)}), generation=lease.generation)
-    store.ensure_job("legacy.backfill", "backfill")
-    lease.release()
-    store.engine.dispose()
-    relations = [*schema.tables(), *schema.VIEWS]
+    relations = [*(t for t in schema.tables() if t != "announcements"), *schema.VIEWS]  # 0007 adds announcements
     engine = create_engine(fresh_db)
-    with engine.begin() as conn:
+    with engine.begin() as conn:  # revision 0005's columns, in SQL: today's models have more
+        conn.execute(text("INSERT INTO public.jobs (name, kind, config) VALUES ('legacy-stream', 'stream', '{}'), "
+                          "('legacy.backfill', 'backfill', '{}')"))
+        conn.execute(text("INSERT INTO public.job_leases (job_id, generation, host, pid, backend_pid) SELECT id, 1, "
+                          "'h', 1, 1 FROM public.jobs WHERE name = 'legacy-stream'"))
+        conn.execute(text("INSERT INTO public.batches (job_id, seq, generation) SELECT id, 1, 1 FROM public.jobs "
+                          "WHERE name = 'legacy-stream'"))
+        conn.execute(text("INSERT INTO public.batch_offsets (batch_id, topic, partition, start_offset, end_offset, "
+                          "log_start, log_end) SELECT id, 'orders', p, 0, e, 0, e + 10 FROM public.batches, "
+                          "(VALUES (0, 10), (1, 5)) AS r(p, e)"))
         jid = conn.execute(text("SELECT id FROM public.jobs WHERE name = 'legacy-stream'")).scalar_one()
         bid = conn.execute(text("SELECT max(id) FROM public.batches")).scalar_one()
         conn.execute(text("INSERT INTO public.runs (job_id, dag_id, status) VALUES (:j, 'dag', 'success')"),
@@ -103,15 +104,20 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
                     for r in relations}
         old = everything("public")
     assert all(old[r] for r in relations), {r for r in relations if not old[r]}
-    monkeypatch.delenv("STREAMFILL_DB_SCHEMA")
-    after = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    after = subprocess.run([cli, "db", "upgrade", "0006"], env=env, capture_output=True, text=True, timeout=120)
     assert after.returncode == 0, after.stderr
     with engine.begin() as conn:
         assert everything("streamfill") == old
         left = conn.execute(text("SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                                  "WHERE n.nspname = 'public'")).scalars().all()
         assert left == [], f"left in public: {left}"
-        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0006"
+    head = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert head.returncode == 0, head.stderr
+    with engine.begin() as conn:  # 0007 numbers the commits made before it, the outbox of announcements
+        assert conn.execute(text("SELECT j.commits, array_agg(b.commit_no) FROM streamfill.jobs j JOIN "
+                                 "streamfill.batches b ON b.job_id = j.id WHERE j.id = :j GROUP BY j.commits"),
+                            {"j": jid}).one() == (1, [1])
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0007"
     store = OffsetStore(fresh_db)
     assert store.ensure_job("after-the-move", "stream") > jid, "the id sequence moved with its table"
     store.engine.dispose()
@@ -133,7 +139,7 @@ def test_an_install_at_an_older_revision_gets_the_revisions_it_lacks_then_moves(
         assert conn.execute(text("SELECT name FROM streamfill.jobs")).scalars().all() == ["from-0003"]
         assert conn.execute(text("SELECT to_regclass('streamfill.job_leases') IS NOT NULL AND "
                                  "to_regclass('public.jobs') IS NULL")).scalar_one()
-        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0006"
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0007"
     engine.dispose()
 
 

@@ -32,9 +32,10 @@ NAMES = {1: "base", 2: "Kafka core", 3: "offsets_db", 4: "sinks and Spark layer"
 # the demo is an example (its pipeline is an entry of the jobs file): only the app may import its producer
 DEMO, DEMO_USERS = "spark_jobs/demo/", ("spark_jobs/demo/", "app/", "bench/")
 # modules whose layer forbids a dependency outright (the Kafka core and the base stay light)
-FORBIDDEN = {"connectors/kafka/": ("pyspark", "sqlalchemy", "psycopg2", "great_expectations", "airflow"),
+FORBIDDEN = {"connectors/kafka/": ("pyspark", "sqlalchemy", "psycopg2", "great_expectations", "airflow",
+                                    "openlineage"),
              "streamfill/": ("pyspark", "sqlalchemy", "psycopg2", "confluent_kafka", "great_expectations",
-                             "airflow")}
+                             "airflow", "openlineage")}
 
 
 MISSING = "(missing)"

@@ -41,7 +41,8 @@ SPECS = {"orders": spec("orders"), "payments": spec("payments"), "many": spec("m
 
 def test_a_jobs_dags_are_its_entrys_and_those_that_launched_it():
     assert dags_of("orders", SPECS, []) == {"streamfill_stream__orders", "streamfill_stream_health__orders",
-                                            "streamfill_interval__orders", "streamfill_quality__orders"}
+                                            "streamfill_interval__orders", "streamfill_quality__orders",
+                                            "streamfill_announce__orders"}
     assert dags_of("many", SPECS, []) == set(dag_ids.of_entry("many", False))  # no windows without one topic
     # windows, replays and backfills are named after their entry; the replay form every entry shares is not
     # one of a replay's DAGs (reading it would show every team's replays)

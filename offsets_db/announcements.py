@@ -1,0 +1,172 @@
+"""Announcing committed data to Airflow, on offsets_db's side: the commits of a job by number (the outbox each
+commit fills in its own transaction, offsets_db/exactly_once.py), the announcements formed from them and their
+delivery state, and what one pass of a window's job committed.
+
+Delivery (orchestration/announce.py) goes: `form` records the next announcement with its token and extra before
+anything is sent; `attempting` is committed before each send; `delivered` records Airflow's event id. An
+announcement attempted but not known delivered is looked up in Airflow by its token before it is sent again, so
+a crash at any point neither loses nor repeats one. `holding` lets one announcer of a job work at a time."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from offsets_db.announce_plan import COMMITS, Commit, Covered, covering, to_extra
+from offsets_db.exactly_once import job_id
+from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
+
+ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
+
+
+@dataclass(frozen=True)
+class Pending:
+    id: int
+    seq: int
+    token: uuid.UUID
+    partition_key: str
+    extra: dict[str, Any]
+    attempts: int
+    created_at: datetime
+
+
+def commits(engine: Engine, job: str, after: int = 0, *, since_batch: int = 0) -> list[Commit]:
+    """The job's commits numbered above `after` (and of batches above `since_batch`), in number order."""
+    with Session(engine) as s:
+        jid = job_id(s, job)
+        rows = s.execute(
+            select(Batch.commit_no, Batch.seq, Batch.committed_at, Batch.rows_written, Batch.dead_letters,
+                   BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset, BatchOffset.end_offset)
+            .join(BatchOffset, BatchOffset.batch_id == Batch.id, isouter=True)
+            .where(Batch.job_id == jid, Batch.commit_no > after, Batch.id > since_batch)
+            .order_by(Batch.commit_no)).all()
+    out: dict[int, Commit] = {}
+    for r in rows:
+        c = out.get(r.commit_no) or Commit(r.commit_no, r.seq, r.committed_at, r.rows_written or 0,
+                                           r.dead_letters or 0, ())
+        if r.topic is not None:
+            c = Commit(c.number, c.batch_seq, c.committed_at, c.rows, c.dead_letters,
+                       (*c.ranges, (r.topic, r.partition, r.start_offset, r.end_offset)))
+        out[r.commit_no] = c
+    return list(out.values())
+
+
+def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
+    """(pass number, what it committed) of a bounded job's newest pass: its commits of batches planned after
+    the pass began (the backfill records both in its config). None when the pass committed nothing."""
+    with Session(engine) as s:
+        config = s.scalar(select(Job.config).where(Job.id == job_id(s, job))) or {}
+    plan = config.get("backfill") or {}
+    found = commits(engine, job, since_batch=int(plan.get("since_batch", 0)))
+    if not found:
+        return int(plan.get("pass", 1)), None
+    covered = covering(found, found[0].number - 1)
+    # a re-run finds the dead letters of an earlier pass already stored (they are kept once per offset): the
+    # window's count is of what its offsets hold, not of what this pass added
+    spans = [and_(DeadLetter.topic == topic, DeadLetter.partition == int(partition), DeadLetter.offset >= start,
+                  DeadLetter.offset < end)
+             for topic, parts in covered.offsets.items() for partition, ranges in parts.items()
+             for start, end in ranges]
+    with Session(engine) as s:
+        held = s.scalar(select(func.count()).select_from(DeadLetter)
+                        .where(DeadLetter.job_id == job_id(s, job), or_(*spans)))
+    return int(plan.get("pass", 1)), replace(covered, dead_letters=held)
+
+
+@contextmanager
+def holding(engine: Engine, job: str) -> Iterator[bool]:
+    """Whether this process is the job's announcer: a session advisory lock held while the block runs (two
+    triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the connection."""
+    with Session(engine) as s:
+        jid = job_id(s, job)
+    with engine.connect() as conn:
+        got = conn.scalar(text("SELECT pg_try_advisory_lock(:space, :job)"),
+                          {"space": ANNOUNCER_LOCK_SPACE, "job": jid})
+        conn.commit()
+        try:
+            yield bool(got)
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:space, :job)"),
+                             {"space": ANNOUNCER_LOCK_SPACE, "job": jid})
+                conn.commit()
+
+
+def pending(engine: Engine, job: str) -> Pending | None:
+    """The job's announcement formed but not known delivered (at most one)."""
+    with Session(engine) as s:
+        a = s.scalar(select(Announcement).where(Announcement.job_id == job_id(s, job),
+                                                Announcement.delivered_at.is_(None)))
+        return None if a is None else Pending(a.id, a.seq, a.token, a.partition_key, a.extra, a.attempts,
+                                               a.created_at)
+
+
+def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending | None:
+    """The next announcement of the job's commits, recorded; None while none is due (the previous one is less
+    than `every` old by PostgreSQL's clock) or nothing new was committed. One transaction: the cursor is the
+    previous announcement's last commit."""
+    with Session(engine) as s, s.begin():
+        jid = job_id(s, job)
+        last = s.execute(select(Announcement.seq, Announcement.last_commit, Announcement.created_at,
+                                func.now().label("now"))
+                         .where(Announcement.job_id == jid).order_by(Announcement.seq.desc()).limit(1)).first()
+        if last is not None and last.created_at + every > last.now:
+            return None
+        after = last.last_commit if last is not None else 0
+        newest = s.scalar(select(Job.commits).where(Job.id == jid))
+        if newest <= after:
+            return None
+    found = commits(engine, job, after)
+    if not found:
+        return None
+    seq, token = (last.seq if last is not None else 0) + 1, uuid.uuid4()
+    # the token travels as `uuid`: Airflow's API masks extra keys named like secrets (`token`), so a lookup by it
+    # would never match
+    extra = to_extra(COMMITS, job, covering(found, after), announcement=seq, uuid=str(token), asset=asset_uri)
+    with Session(engine) as s, s.begin():
+        a = Announcement(job_id=job_id(s, job), seq=seq, token=token, first_commit=found[0].number,
+                         last_commit=found[-1].number, partition_key=f"{COMMITS}:{seq}", extra=extra)
+        s.add(a)
+        s.flush()
+        s.refresh(a)
+        return Pending(a.id, a.seq, a.token, a.partition_key, a.extra, 0, a.created_at)
+
+
+def attempting(engine: Engine, announcement_id: int) -> None:
+    with Session(engine) as s, s.begin():
+        s.execute(update(Announcement).where(Announcement.id == announcement_id)
+                  .values(attempts=Announcement.attempts + 1))
+
+
+def failed(engine: Engine, announcement_id: int, error: str) -> None:
+    with Session(engine) as s, s.begin():
+        s.execute(update(Announcement).where(Announcement.id == announcement_id).values(last_error=error[:2000]))
+
+
+def delivered(engine: Engine, announcement_id: int, airflow_event_id: int) -> None:
+    with Session(engine) as s, s.begin():
+        s.execute(update(Announcement).where(Announcement.id == announcement_id)
+                  .values(airflow_event_id=airflow_event_id, delivered_at=func.now(), last_error=None))
+
+
+def announced(engine: Engine, job: str) -> list[dict[str, Any]]:
+    """The extras of the job's delivered announcements, in order."""
+    with Session(engine) as s:
+        return list(s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id(s, job),
+                                                               Announcement.delivered_at.is_not(None))
+                              .order_by(Announcement.seq)))
+
+
+def lineage_run_of(engine: Engine, job: str, commit: int) -> str | None:
+    """The OpenLineage run id of the launch that made commit number `commit` of the job."""
+    with Session(engine) as s:
+        found = s.scalar(select(Run.lineage_run_id).join(Batch, Batch.run_id == Run.id)
+                         .where(Batch.job_id == job_id(s, job), Batch.commit_no == commit))
+        return None if found is None else str(found)
