@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from offsets_db.announce_plan import COMMITS, Commit, Covered, covering, to_extra
+from offsets_db.announce_plan import COMMITS, Commit, Covered, covering, from_extra, to_extra
 from offsets_db.exactly_once import job_id
 from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
@@ -157,11 +157,12 @@ def delivered(engine: Engine, announcement_id: int, airflow_event_id: int) -> No
 
 
 def announced(engine: Engine, job: str) -> list[dict[str, Any]]:
-    """The extras of the job's delivered announcements, in order."""
+    """What the job's delivered announcements said (their extras' streamfill part), in order."""
     with Session(engine) as s:
-        return list(s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id(s, job),
-                                                               Announcement.delivered_at.is_not(None))
-                              .order_by(Announcement.seq)))
+        extras = s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id(s, job),
+                                                            Announcement.delivered_at.is_not(None))
+                           .order_by(Announcement.seq)).all()
+    return [from_extra(extra) for extra in extras]
 
 
 def lineage_run_of(engine: Engine, job: str, commit: int) -> str | None:

@@ -15,6 +15,7 @@ from spark_jobs.runs import console, fail, say
 from streamfill.settings import Settings, get_settings
 
 WINDOW_TABLE = "orders_window"
+DOWNSTREAM_DAG = "streamfill_demo_revenue"  # dags/streamfill_demo_revenue.py
 
 
 def demo(
@@ -50,6 +51,12 @@ def demo(
                         "[green]passed[/]" if success else "[red]failed[/]",
                         f"{stats.get('successful_expectations')} of {stats.get('evaluated_expectations')}")
     console.print(quality)
+    downstream = Table(title=f"{DOWNSTREAM_DAG}: one run per announcement of the stream's commits")
+    for col in ("partition key", "commits", "run", "orders", "revenue", "times processed"):
+        downstream.add_column(col, justify="right")
+    for key, commits, state, orders, revenue, times in out["downstream"]:
+        downstream.add_row(key, commits, state, f"{orders:,}", f"{revenue:,.2f}", str(times))
+    console.print(downstream)
     console.print(f"Airflow UI: {out['ui']} (login {out['login']}, password in {out['password_file']}). Offsets: "
                   f"`streamfill offsets history --job {out['job']}` or SQL on offset_history.", highlight=False)
     console.print(f"streamfill page (lag, throughput, dead letters, data loss, quality of every job): "
@@ -68,6 +75,48 @@ def _table(name: str):
 
     schema, bare = parse_table(name)
     return table(bare, schema=schema)
+
+
+def _announced(engine, job: str) -> int:
+    from offsets_db import announcements
+    from streamfill.errors import UnknownJob
+
+    try:
+        return len(announcements.announced(engine, job))
+    except UnknownJob:
+        return 0
+
+
+def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], None]) -> list[tuple]:
+    """Wait until the stream's commits are announced and the downstream DAG ran for each new announcement; its
+    runs as (key, commits, state, orders, revenue, runs of the key)."""
+    from sqlalchemy import text
+
+    from offsets_db import announcements
+    from offsets_db.announce_plan import cover_problems
+    from streamfill.errors import AirflowError
+
+    deadline = time.monotonic() + 3 * spec.announce_every_s + 180
+    say(f"waiting for the announcements of {spec.name}'s commits (every {spec.announce_every}) and "
+        f"{DOWNSTREAM_DAG}'s runs")
+    while True:
+        done = announcements.announced(engine, spec.name)
+        problems = cover_problems(announcements.commits(engine, spec.name), done)
+        keys = [f"commits:{body['announcement']}" for body in done[announced_before:]]
+        runs = {r["partition_key"]: r["state"] for r in api.call(
+            "GET", f"/api/v2/dags/{DOWNSTREAM_DAG}/dagRuns?limit=100&order_by=-run_after")["dag_runs"]}
+        if not problems and keys and all(runs.get(k) in ("success", "failed") for k in keys):
+            break
+        if time.monotonic() > deadline:
+            raise AirflowError(f"the stream's commits were not all announced, or {DOWNSTREAM_DAG} did not run for "
+                               f"each ({problems[:3] or keys}); is Airflow's triggerer up? `streamfill stack status`")
+        time.sleep(2)
+    with engine.connect() as conn:
+        found = {r.announcement: r for r in conn.execute(text(
+            "SELECT announcement, commits, orders, revenue, runs FROM orders_revenue WHERE announcement = ANY(:k)"),
+            {"k": keys})}
+    return [(k, found[k].commits if k in found else "-", runs[k], found[k].orders if k in found else 0,
+             found[k].revenue if k in found else 0, found[k].runs if k in found else 0) for k in keys]
 
 
 def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
@@ -94,6 +143,8 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
 
     reserialize(settings)
     api = AirflowApi(settings)
+    engine = make_engine(settings.offsets_db_url)
+    announced_before = _announced(engine, spec.name)
     runs = [(f"streamfill_stream__{spec.name}", {"trigger": "available-now"}),
             ("streamfill_replay", {"job": spec.name, "from": window_start.isoformat(), "to": window_end.isoformat(),
                                    "mode": "replace", "table": WINDOW_TABLE})]
@@ -104,14 +155,14 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
         if state != "success":
             raise AirflowError(f"{dag_id} run {run_id} {state}; its task logs are in the Airflow UI at {api.base}")
 
-    engine = make_engine(settings.offsets_db_url)
     try:
+        downstream = _downstream(api, engine, spec, announced_before, say)
         with engine.connect() as conn:  # the demo's sink tables, names quoted by SQLAlchemy
             tables = {t: conn.scalar(select(func.count()).select_from(_table(t))) for t in (spec.table, WINDOW_TABLE)}
         summary = {"tables": tables, "dead_letters": queries.dead_letter_count(engine, spec.name), "job": spec.name,
                    "offsets": queries.offsets_with_lag(engine, spec.name),
                    "quality": queries.newest_quality_results(engine), "ui": api.base, "login": api.login[0],
-                   "password_file": settings.airflow_password_file}
+                   "password_file": settings.airflow_password_file, "downstream": downstream}
     finally:
         engine.dispose()
     return summary

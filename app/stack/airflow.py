@@ -184,16 +184,30 @@ class Airflow(ProcessGroupService):
         running = [{word for arg in cmdline(child) for word in arg.split()} for child in children(pid)]
         return [name for name, words in PROCESSES.items() if not any(set(words) & argv for argv in running)]
 
+    def missing_connections(self, pid: int | None = None) -> list[str]:
+        """The AIRFLOW_CONN_* / AIRFLOW_VAR_* this checkout gives Airflow that the running one was started without
+        (a stack started by an older checkout): it is restarted to get them."""
+        pid = pid if pid is not None else self.pid()
+        try:
+            started_with = {entry.split(b"=", 1)[0].decode() for entry in
+                            Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in entry}
+        except (OSError, TypeError):
+            return []
+        return sorted(set(connections(self.settings)) - started_with)
+
     def _problems(self, pid: int | None) -> tuple[list[str], list[str]]:
-        """(processes gone, components the health endpoint does not call healthy)"""
+        """(processes gone or a start without this checkout's connections, components the health endpoint does
+        not call healthy)"""
         h = self.health() or {}
-        return self.stopped_processes(pid), [c for c in COMPONENTS if (h.get(c) or {}).get("status") != "healthy"]
+        stale = self.missing_connections(pid)
+        return (self.stopped_processes(pid) + [f"(started without {', '.join(stale)})"] * bool(stale),
+                [c for c in COMPONENTS if (h.get(c) or {}).get("status") != "healthy"])
 
     def healthy(self) -> bool:
         return not any(self._problems(self.pid()))
 
     def broken(self) -> bool:
-        return bool(self.stopped_processes())
+        return bool(self.stopped_processes() or self.missing_connections())
 
     def problem(self) -> str:
         if self.health() is None:

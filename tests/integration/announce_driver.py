@@ -30,7 +30,7 @@ def main(job: str, uri: str, every_s: float) -> None:
             newest = s.scalar(select(Job.commits).where(Job.name == job))
         done = announcements.announced(engine, job)
         return announcements.pending(engine, job) is None and bool(done) and \
-            done[-1]["streamfill"]["commits"][1] == newest
+            done[-1]["commits"][1] == newest
 
     Announcer(engine, lambda: AirflowApi(settings), job, uri, timedelta(seconds=every_s)).run(stop=caught_up)
 

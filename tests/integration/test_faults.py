@@ -336,17 +336,26 @@ def test_a_chunk_that_fails_beside_another_fails_the_run_and_the_rerun_lands_eac
         stack_settings, bootstrap, topic_name, tmp_path):
     """Two chunks in flight: the second commit's Python worker dies. The launch fails (exit code 1, its run
     recorded failed) whatever the other chunk did; the re-run resumes and every offset lands once."""
+    from tests.lineage_receiver import receiver
+
     name = f"fail_{topic_name}"
     jobs, args = _backfill_of(tmp_path, bootstrap, name, topic_name, 3, 3000, 400)
     crash = {"STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "2",
              "STREAMFILL_FAILPOINT_ACTION": "exit", "STREAMFILL_FAILPOINT_DIR": str(tmp_path / "fp")}
-    out, _ = _cli(args, jobs, crash).communicate(timeout=600)
-    assert "Committed chunks stay committed" in out, out[-3000:]
-    url = stack_settings.offsets_db_url
-    job = _backfill_job(url, name)
-    again = _cli(args, jobs)
-    rest, _ = again.communicate(timeout=600)
-    assert again.returncode == 0 and "(resuming)" in rest, rest[-3000:]
+    with receiver() as lineage:
+        out, _ = _cli(args, jobs, {**crash, **lineage.env}).communicate(timeout=600)
+        assert "Committed chunks stay committed" in out, out[-3000:]
+        url = stack_settings.offsets_db_url
+        job = _backfill_job(url, name)
+        again = _cli(args, jobs, lineage.env)
+        rest, _ = again.communicate(timeout=600)
+        assert again.returncode == 0 and "(resuming)" in rest, rest[-3000:]
+    # lineage: the failed launch says so with its cause, the re-run is a run of its own that completes
+    assert lineage.invalid == []
+    ours = [e for e in lineage.events if e["job"]["name"] == job]
+    assert [e["eventType"] for e in ours] == ["START", "FAIL", "START", "COMPLETE"]
+    assert ours[0]["run"]["runId"] == ours[1]["run"]["runId"] != ours[2]["run"]["runId"]
+    assert "errorMessage" in ours[1]["run"]["facets"] and ours[1]["run"]["facets"]["errorMessage"]["message"]
     engine = create_engine(url)
     try:
         with engine.connect() as conn:

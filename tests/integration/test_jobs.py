@@ -25,6 +25,7 @@ from streamfill import REPO_ROOT
 from streamfill.errors import OptionError, SinkError
 from tests.kafka_helpers import consume_all
 from tests.kafka_helpers import produce as produce_records
+from tests.lineage_receiver import receiver
 
 pytestmark = pytest.mark.integration
 
@@ -181,15 +182,18 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_s
     job, table = f"{topic_name}-term", f"{topic_name}_term"
     base = ["stream", "--job", job, "--topic", topic_name, "--table", table, "--max-offsets-per-trigger", "300",
             "--checkpoint", str(tmp_path / "ckpt")]
-    proc = cli(*base, "--trigger", "3s")
-    committed = "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND committed_at IS NOT NULL"
-    deadline = time.monotonic() + 300
-    while (not query(db, "SELECT 1 FROM jobs WHERE name = :j", j=job) or query(db, committed, j=job)[0][0] < 2) \
-            and time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[0]
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)  # to the driver process only, as `kill PID` does
-    code, out = finish(proc, 300)
+    with receiver() as lineage:
+        parent = "airflow-ns/some_dag.some_task/01968a5c-0000-7000-8000-000000000001"
+        proc = cli(*base, "--trigger", "3s", env={**lineage.env, "OPENLINEAGE_PARENT_ID": parent})
+        committed = ("SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
+                     "AND committed_at IS NOT NULL")
+        deadline = time.monotonic() + 300
+        while (not query(db, "SELECT 1 FROM jobs WHERE name = :j", j=job) or query(db, committed, j=job)[0][0] < 2) \
+                and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)  # to the driver process only, as `kill PID` does
+        code, out = finish(proc, 300)
     assert code == 0, out
     assert f"stream {job} stopped" in out
     # nothing half-done: every planned batch committed, the table holds exactly what they read
@@ -201,6 +205,17 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_s
     assert len(landed(db, table, job)[2]) == read
     assert query(db, "SELECT status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j", j=job) == [
         ("stopped",)]
+    # lineage: the stream's run, under the parent it was given, reading the topic and writing the table
+    assert lineage.invalid == []
+    assert [e["eventType"] for e in lineage.events] == ["START", "COMPLETE"]
+    start = lineage.events[0]
+    assert start["job"]["name"] == job and start["job"]["facets"]["jobType"]["processingType"] == "STREAMING"
+    given = start["run"]["facets"]["parent"]["job"]
+    assert (given["namespace"], given["name"]) == ("airflow-ns", "some_dag.some_task")
+    assert [i["name"] for i in start["inputs"]] == [topic_name]
+    assert start["outputs"][0]["name"] == f"{stack_settings.db_name}.public.{table}"
+    assert query(db, "SELECT lineage_run_id::text FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j",
+                 j=job) == [(start["run"]["runId"],)]
 
     code, out = finish(cli(*base, "--trigger", "available-now"))
     assert code == 0, out
