@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-unit browser up down status bench-read clean
+.PHONY: install demo test test-unit docs screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,12 @@ demo: install
 test: install browser
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+# the documentation's pictures: the browser tests' screenshots of the streamfill page and Airflow's views, on the
+# local stack after `make demo` (the page test needs the demo's job)
+screenshots: install browser
+	$(BIN)/streamfill stack up
+	STREAMFILL_SCREENSHOTS=docs/images $(BIN)/pytest -m browser -p no:xdist $(PYTEST_ARGS)
+
 # the UI test drives Debian's chromium through its chromedriver (no browser download)
 browser:
 	@command -v chromedriver >/dev/null && command -v chromium >/dev/null || \
@@ -33,6 +39,10 @@ browser:
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+# the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or a page left out fails
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 up: install
 	$(BIN)/streamfill stack up

@@ -12,10 +12,11 @@ reads from /proc the wall time and the CPU seconds of:
   this driver process.
 
 Prints the medians for each chunk size and, for each process, the CPU one more chunk costs: (small - large) /
-(chunks of small - chunks of large). Needs `streamfill stack up`.
+(chunks of small - chunks of large). Needs `streamfill stack up`. At its end, also when it fails, the run removes
+its offsets_db jobs and tables (bench/leftovers.py), and the topic of events unless --keep-topic.
 
     .venv/bin/python bench/chunk_cost.py [--events 2000000] [--partitions 4] [--large 500000] [--small 50000]
-                                         [--repeat 2]
+                                         [--repeat 2] [--keep-topic]
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine
 
+from leftovers import Leftovers, measured
 from spark_jobs import backfill
-from streamfill.settings import get_settings
 
 console = Console()
 HERE = Path(__file__).resolve().parent
@@ -129,27 +129,28 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="timed runs of each size after the warm-up, interleaved")
     args = ap.parse_args()
 
-    settings = get_settings()
+    measured(measure, args, e2e)
+
+
+def measure(e2e, args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
-    topic = e2e.topic_with_events(bootstrap, args.events, args.partitions)
+    topic = e2e.topic_with_events(bootstrap, args.events, args.partitions, made)
 
     from spark_jobs.session import spark_session
 
     spark = spark_session("bench-chunks", settings, {"spark.ui.enabled": "false",
                                                      "spark.ui.showConsoleProgress": "false"})
-    engine = create_engine(url)
     cpu = Cpu()
     runs: dict[int, list[tuple[int, dict[str, float]]]] = {args.large: [], args.small: []}
-    tables: list[str] = []
     try:
         for i in range(args.repeat + 1):
             for size in (args.large, args.small):
-                name = f"bench_chunks_{uuid.uuid4().hex[:8]}"
-                tables.append(name)
+                name = made.table(f"bench_chunks_{uuid.uuid4().hex[:8]}")
+                run = backfill.BackfillArgs(name.replace("_", "-"), topic, "earliest", "latest", name,
+                                            chunk_size=size, pipeline="orders")
+                made.job(run.job)
                 before = cpu.sample()
-                summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), topic, "earliest", "latest",
-                                                             name, chunk_size=size, pipeline="orders"),
-                                       spark, bootstrap, url)
+                summary = backfill.run(run, spark, bootstrap, url)
                 after = cpu.sample()
                 used = {k: after[k] - before[k] for k in KINDS}
                 warm = " (warm-up, not counted)" if i == 0 else ""
@@ -159,7 +160,6 @@ def main() -> None:
                     runs[size].append((summary.chunks, used))
     finally:
         spark.stop()
-        e2e.drop_tables(engine, tables)
 
     med = {size: {k: statistics.median(u[k] for _, u in rs) for k in KINDS} for size, rs in runs.items()}
     chunks = {size: statistics.median(n for n, _ in rs) for size, rs in runs.items()}

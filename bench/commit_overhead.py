@@ -6,7 +6,7 @@
    sink's own COPY path; only the driver's commit is timed. Overhead = median(with job) - median(without).
 2. The staging table: UNLOGGED with the commit's count of staged rows (a crash empties an UNLOGGED table)
    against a logged stage, per batch of 10,000 and 100,000 rows, side by side.
-3. View latency: each README query on a history of 1,000,000 batch-offset rows (median and p95).
+3. View latency: each of docs/offsets-db.md's queries on a history of 1,000,000 batch-offset rows (median and p95).
 Prints the three tables. Needs `streamfill stack up`; works in a scratch database it drops at the end.
 
     .venv/bin/python bench/commit_overhead.py [--batches 40] [--history-rows 1000000]
@@ -235,6 +235,8 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
         admin.dispose()
+        # everything the run made (jobs, tables, stages) lived in that database; it touches no topic
+        console.print(f"removed database {name}")
 
 
 if __name__ == "__main__":

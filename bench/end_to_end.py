@@ -21,10 +21,11 @@ REPEATABLE READ transaction reads it and stays open until the way ends (holding 
 dashboard's short query runs every half second; the run's time and the dashboard's worst wait are reported
 beside the way's time alone.
 Repeats are interleaved; the median is reported. Needs `streamfill stack up`; Maven fetches Spark's Kafka
-source and the JDBC driver once.
+source and the JDBC driver once. At its end, also when it fails, the run removes its offsets_db jobs, tables and
+work folder (bench/leftovers.py), and its topics of events unless --keep-topic.
 
     .venv/bin/python bench/end_to_end.py [--events 2000000] [--partitions 4] [--batch 500000] [--repeat 3]
-                                         [--ways abcdef] [--contended]
+                                         [--ways abcdef] [--contended] [--keep-topic]
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
+from leftovers import Leftovers, add_keep_topic, measured
 from spark_jobs import backfill, stream
 from spark_jobs.demo.produce import ensure_topic, produce
 from spark_jobs.pipelines import entry
 from spark_jobs.pipelines.compile import parse, reader_options
 from spark_jobs.pipelines.jobs_file import jobs_file
-from streamfill.settings import get_settings
 
 console = Console()
 HERE = Path(__file__).resolve().parent
@@ -144,28 +145,17 @@ def _jars(dest: Path) -> list[str]:
 
 
 def add_topic_args(ap: argparse.ArgumentParser) -> None:
-    """--events and --partitions: the topic of demo events the benchmarks share (topic_with_events)."""
+    """--events and --partitions: the topic of demo events the benchmarks share (topic_with_events); and
+    --keep-topic."""
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
+    add_keep_topic(ap, "bench_e2e_<events>_<partitions>")
 
 
-def drop_tables(engine, tables: list[str]) -> None:
-    """The benchmark's tables and the staging tables streams keep beside them, once it ends; then the engine
-    is disposed."""
-    from connectors.postgres.stage import STAGE_PREFIX
-
-    with engine.begin() as conn:
-        for t in tables:
-            conn.execute(text(f'DROP TABLE IF EXISTS "{t}" CASCADE'))
-            for (stage,) in conn.execute(text("SELECT relname::text FROM pg_class WHERE relkind = 'r' AND relname "
-                                              "LIKE :p"), {"p": f"{STAGE_PREFIX}{t[:30]}_%".replace("_", r"\_")}):
-                conn.execute(text(f'DROP TABLE IF EXISTS "{stage}"'))
-    engine.dispose()
-
-
-def topic_with_events(bootstrap: str, count: int, partitions: int) -> str:
-    """Demo events (1% bad), produced once and kept across runs."""
-    topic = f"bench_e2e_{count}_{partitions}"
+def topic_with_events(bootstrap: str, count: int, partitions: int, made: Leftovers) -> str:
+    """Demo events (1% bad), produced once and reused by later runs while kept (--keep-topic). Recorded in
+    `made` before it is produced, so a run failing halfway does not leave a short topic for the next to reuse."""
+    topic = made.topic(f"bench_e2e_{count}_{partitions}", shared=True)
     from confluent_kafka.admin import AdminClient
 
     if topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics:
@@ -263,12 +253,15 @@ def main() -> None:
     ap.add_argument("--contended", action="store_true",
                     help="run each way again while a reader holds its table and a short query probes it")
     args = ap.parse_args()
-    settings = get_settings()
+    measured(measure, args)
+
+
+def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
-    topic = topic_with_events(bootstrap, args.events, args.partitions)
-    warm = topic_with_events(bootstrap, 20_000, args.partitions)
+    topic = topic_with_events(bootstrap, args.events, args.partitions, made)
+    warm = topic_with_events(bootstrap, 20_000, args.partitions, made)
     jars = _jars(settings.home / "spark-kafka")
-    work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    work = made.folder(Path(tempfile.mkdtemp(prefix="bench-e2e-")))
     os.environ["STREAMFILL_JOBS_FILE"] = str(upsert_jobs_file(work))
 
     from spark_jobs.session import spark_session
@@ -279,7 +272,7 @@ def main() -> None:
     jdbc = f"jdbc:postgresql://{u.host}:{u.port or 5432}/{u.database}"
     props = {"user": u.username or "", "password": u.password or "", "driver": "org.postgresql.Driver"}
     engine = create_engine(url)
-    tables: list[str] = []
+    tables = made.tables
     written: dict[str, tuple[str, str]] = {}  # way -> (table, dead letters: a table or a job's name)
     current: dict[str, str] = {}  # the table the running way writes, for the users of --contended
 
@@ -287,10 +280,11 @@ def main() -> None:
         name = f"bench_sf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
         current["table"] = name
-        summary = stream.run(stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now",
-                                               args.batch, pipeline=pipeline), spark, bootstrap, url,
-                             threading.Event())
-        written[way] = (name, "job:" + name.replace("_", "-"))
+        run = stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now", args.batch,
+                                pipeline=pipeline)
+        made.job(run.job)
+        summary = stream.run(run, spark, bootstrap, url, threading.Event())
+        written[way] = (name, "job:" + run.job)
         return summary.rows + summary.dead_letters
 
     def alternative(source: str) -> int:
@@ -312,9 +306,11 @@ def main() -> None:
         name = f"bench_bf_{uuid.uuid4().hex[:8]}"
         tables.append(name)
         current["table"] = name
-        summary = backfill.run(backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name,
-                                                     chunk_size=chunk, pipeline="orders"), spark, bootstrap, url)
-        written[way] = (name, "job:" + name.replace("_", "-"))
+        run = backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name, chunk_size=chunk,
+                                    pipeline="orders")
+        made.job(run.job)
+        summary = backfill.run(run, spark, bootstrap, url)
+        written[way] = (name, "job:" + run.job)
         return summary.offsets
 
     def ceiling(source: str) -> int:
@@ -364,7 +360,7 @@ def main() -> None:
                 same = compare(engine, written, sorted(set(written) & {"a", "b", "c", "d", "f"}))
     finally:
         spark.stop()
-        drop_tables(engine, tables)
+        engine.dispose()
     assert len(set(counts.values())) == 1 and args.events in counts.values(), f"the ways disagree: {counts}"
     rate = {k: args.events / statistics.median(ts) for k, ts in timings.items()}
     table = Table(title=f"{args.events:,} events, {args.partitions} partitions, batches of {args.batch:,} "

@@ -11,7 +11,8 @@ A watcher reads every 100 ms, per Kafka partition, the highest offset a query of
 lookup); an offset is visible from the first look that saw it or a higher one (each way writes a partition's
 rows of a batch in one transaction). Freshness = visible time - Kafka timestamp (the producer's CreateTime, this
 machine's clock), over every 100th offset in the table; prints p50, p99 and the worst of each way, and the rate
-the producer kept. Needs `streamfill stack up`.
+the producer kept. Needs `streamfill stack up`. At its end, also when it fails, the run removes its offsets_db
+jobs, tables, topics and work folder (bench/leftovers.py).
 
     .venv/bin/python bench/freshness.py [--rate 20000] [--seconds 180] [--partitions 4]
 """
@@ -33,12 +34,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
-from end_to_end import _jars, drop_tables, jdbc_writer
+from end_to_end import _jars, jdbc_writer
+from leftovers import Leftovers, measured
 from spark_jobs import stream
 from spark_jobs.demo.produce import ensure_topic
 from spark_jobs.pipelines import entry
 from spark_jobs.pipelines.compile import parse
-from streamfill.settings import get_settings
 
 console = Console()
 REPO = Path(__file__).resolve().parents[1]
@@ -120,15 +121,14 @@ def freshness(engine, table: str, topic: str, watcher: Watcher) -> list[float]:
     return out
 
 
-def streamfill_way(spark, bootstrap: str, url: str, engine, work: Path, tables: list[str], partitions: int,
+def streamfill_way(spark, bootstrap: str, url: str, engine, work: Path, made: Leftovers, partitions: int,
                    send) -> tuple[Watcher, str, float]:
     """(a): `streamfill stream` with a 1 s trigger on a fresh topic, while `send(topic)` produces; returns the
     watcher, the table and the rate the producer kept, once every offset is in."""
-    name = f"bench_fresh_sf_{uuid.uuid4().hex[:8]}"
-    tables.append(name)
-    ensure_topic(bootstrap, name, partitions)
+    name = made.table(f"bench_fresh_sf_{uuid.uuid4().hex[:8]}")
+    ensure_topic(bootstrap, made.topic(name), partitions)
     stop = threading.Event()
-    job = name.replace("_", "-")
+    job = made.job(name.replace("_", "-"))
     runner = threading.Thread(target=stream.run, args=(
         stream.StreamArgs(job, name, name, work / name, "1s", pipeline="orders"), spark, bootstrap, url, stop),
         daemon=True)
@@ -145,15 +145,15 @@ def streamfill_way(spark, bootstrap: str, url: str, engine, work: Path, tables: 
     return watcher, name, kept
 
 
-def alternative_way(spark, bootstrap: str, url: str, engine, work: Path, tables: list[str], partitions: int,
+def alternative_way(spark, bootstrap: str, url: str, engine, work: Path, made: Leftovers, partitions: int,
                     send) -> tuple[Watcher, str, float]:
     """(b): format("kafka"), the same parse, foreachBatch JDBC with a 1 s trigger, into a table made beforehand
     with an index on (topic, partition, offset), while `send(topic)` produces."""
     from connectors.spark.pg_types import pg_type
 
     name = f"bench_fresh_jdbc_{uuid.uuid4().hex[:8]}"
-    tables.extend([name, f"{name}_dead"])
-    ensure_topic(bootstrap, name, partitions)
+    made.table(name, f"{name}_dead")
+    ensure_topic(bootstrap, made.topic(name), partitions)
     u = make_url(url)
     jdbc = f"jdbc:postgresql://{u.host}:{u.port or 5432}/{u.database}"
     props = {"user": u.username or "", "password": u.password or "", "driver": "org.postgresql.Driver"}
@@ -182,9 +182,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=180, help="how long the producer runs")
     ap.add_argument("--partitions", type=int, default=4)
     args = ap.parse_args()
-    settings = get_settings()
+    measured(measure, args)
+
+
+def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
-    work = Path(tempfile.mkdtemp(prefix="bench-fresh-"))
+    work = made.folder(Path(tempfile.mkdtemp(prefix="bench-fresh-")))
 
     from spark_jobs.session import spark_session
 
@@ -192,22 +195,21 @@ def main() -> None:
                                                     "spark.ui.enabled": "false",
                                                     "spark.ui.showConsoleProgress": "false"})
     engine = create_engine(url)
-    tables: list[str] = []
     ways = {"a streamfill stream (exactly-once), trigger 1 s": streamfill_way,
             "b Spark kafka + foreachBatch JDBC (at-least-once), trigger 1 s": alternative_way}
     results: dict[str, tuple[list[float], float]] = {}
     try:
         for way in ways.values():  # JVM, Python workers, JDBC driver: each way warm before it is measured
-            way(spark, bootstrap, url, engine, work, tables, args.partitions,
+            way(spark, bootstrap, url, engine, work, made, args.partitions,
                 lambda topic: (produce(topic, 20_000, 1, args.partitions), 20_000))
         for label, way in ways.items():
-            watcher, name, kept = way(spark, bootstrap, url, engine, work, tables, args.partitions,
+            watcher, name, kept = way(spark, bootstrap, url, engine, work, made, args.partitions,
                                       lambda topic: (produce(topic, args.rate, args.seconds, args.partitions),
                                                      args.rate * args.seconds))
             results[label] = (freshness(engine, name, name, watcher), kept)
     finally:
         spark.stop()
-        drop_tables(engine, tables)
+        engine.dispose()
 
     table = Table(title=f"freshness: {args.rate:,} events/s for {args.seconds} s, {args.partitions} partitions "
                         "(visible in the table - Kafka timestamp, every 100th offset)")

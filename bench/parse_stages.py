@@ -7,9 +7,9 @@ Each stage is one Spark job over the whole topic, timed, and each prints seconds
   from_json only   the entry's from_json on rows cached in the JVM, without the read;
   typed in read    the same three with the read typing the values (compile.reader_options, the jobs' way).
 The difference between two stages is what the later one adds. Uses end_to_end's topic of demo events
-(produced once, kept). Needs `streamfill stack up`.
+(produced when missing, deleted at the end unless --keep-topic). Needs `streamfill stack up`.
 
-    .venv/bin/python bench/parse_stages.py [--events 2000000] [--partitions 4] [--repeat 2]
+    .venv/bin/python bench/parse_stages.py [--events 2000000] [--partitions 4] [--repeat 2] [--keep-topic]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from streamfill.settings import get_settings
+from leftovers import Leftovers, add_keep_topic, measured
 
 console = Console()
 
@@ -31,9 +31,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per stage, interleaved; the median is reported")
+    add_keep_topic(ap, "bench_e2e_<events>_<partitions>, shared with end_to_end.py and chunk_cost.py")
     args = ap.parse_args()
-    settings = get_settings()
+    measured(measure, args)
 
+
+def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -44,7 +47,7 @@ def main() -> None:
     from spark_jobs.runs import rows_of
     from spark_jobs.session import spark_session
 
-    topic = f"bench_e2e_{args.events}_{args.partitions}"  # the topic bench/end_to_end.py makes
+    topic = made.topic(f"bench_e2e_{args.events}_{args.partitions}", shared=True)  # the topic end_to_end.py makes
     from confluent_kafka.admin import AdminClient
 
     if topic not in AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(timeout=10).topics:

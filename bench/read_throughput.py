@@ -14,9 +14,9 @@ Produces N JSON messages once (kept across runs), then reads the whole topic fiv
       so its tasks pay the client's work per record and build no column: e/a bounds b/a for any reader on
       confluent-kafka, and b/e is what building the columns keeps of it.
 d and e yield sample rows, so only their counts are checked. Prints messages per second for each and the ratios.
-Needs `streamfill stack up`.
+Needs `streamfill stack up`. At its end, also when it fails, the run deletes its topic unless --keep-topic.
 
-    .venv/bin/python bench/read_throughput.py [--messages 2000000] [--partitions 4] [--repeat 2]
+    .venv/bin/python bench/read_throughput.py [--messages 2000000] [--partitions 4] [--repeat 2] [--keep-topic]
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from rich.console import Console
 from rich.table import Table
 
 from connectors.kafka.reader import FETCH_DEFAULTS
+from leftovers import Leftovers, add_keep_topic, measured
 from streamfill import REPO_ROOT
-from streamfill.settings import get_settings
 
 console = Console()
 POM = REPO_ROOT / "bench" / "spark-kafka" / "pom.xml"
@@ -165,10 +165,15 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per way; the median is reported")
+    add_keep_topic(ap, "bench_read_<messages>_<partitions>")
     args = ap.parse_args()
-    settings = get_settings()
+    measured(measure, args)
+
+
+def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap = settings.bootstrap_servers
-    topic = f"bench_read_{args.messages}_{args.partitions}"
+    # recorded before it is produced, so a run failing halfway does not leave a short topic for the next to reuse
+    topic = made.topic(f"bench_read_{args.messages}_{args.partitions}", shared=True)
     ensure_topic(bootstrap, topic, args.messages, args.partitions)
     jars = spark_kafka_jars(settings.home / "spark-kafka")
 

@@ -145,6 +145,8 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
         admin.dispose()
+        # everything the run made (jobs, tables, stages) lived in that database; it touches no topic
+        console.print(f"removed database {name}")
 
 
 if __name__ == "__main__":

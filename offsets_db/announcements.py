@@ -20,7 +20,7 @@ from sqlalchemy import Engine, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from offsets_db.announce_plan import COMMITS, Commit, Covered, covering, from_extra, to_extra
-from offsets_db.exactly_once import job_id
+from offsets_db.exactly_once import job_id_of
 from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
 ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
@@ -40,12 +40,12 @@ class Pending:
 def commits(engine: Engine, job: str, after: int = 0, *, since_batch: int = 0) -> list[Commit]:
     """The job's commits numbered above `after` (and of batches above `since_batch`), in number order."""
     with Session(engine) as s:
-        jid = job_id(s, job)
+        job_id = job_id_of(s, job)
         rows = s.execute(
             select(Batch.commit_no, Batch.seq, Batch.committed_at, Batch.rows_written, Batch.dead_letters,
                    BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset, BatchOffset.end_offset)
             .join(BatchOffset, BatchOffset.batch_id == Batch.id, isouter=True)
-            .where(Batch.job_id == jid, Batch.commit_no > after, Batch.id > since_batch)
+            .where(Batch.job_id == job_id, Batch.commit_no > after, Batch.id > since_batch)
             .order_by(Batch.commit_no)).all()
     out: dict[int, Commit] = {}
     for r in rows:
@@ -62,7 +62,7 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
     """(pass number, what it committed) of a bounded job's newest pass: its commits of batches planned after
     the pass began (the backfill records both in its config). None when the pass committed nothing."""
     with Session(engine) as s:
-        config = s.scalar(select(Job.config).where(Job.id == job_id(s, job))) or {}
+        config = s.scalar(select(Job.config).where(Job.id == job_id_of(s, job))) or {}
     plan = config.get("backfill") or {}
     found = commits(engine, job, since_batch=int(plan.get("since_batch", 0)))
     if not found:
@@ -76,7 +76,7 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
              for start, end in ranges]
     with Session(engine) as s:
         held = s.scalar(select(func.count()).select_from(DeadLetter)
-                        .where(DeadLetter.job_id == job_id(s, job), or_(*spans)))
+                        .where(DeadLetter.job_id == job_id_of(s, job), or_(*spans)))
     return int(plan.get("pass", 1)), replace(covered, dead_letters=held)
 
 
@@ -85,24 +85,24 @@ def holding(engine: Engine, job: str) -> Iterator[bool]:
     """Whether this process is the job's announcer: a session advisory lock held while the block runs (two
     triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the connection."""
     with Session(engine) as s:
-        jid = job_id(s, job)
+        job_id = job_id_of(s, job)
     with engine.connect() as conn:
         got = conn.scalar(text("SELECT pg_try_advisory_lock(:space, :job)"),
-                          {"space": ANNOUNCER_LOCK_SPACE, "job": jid})
+                          {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
         conn.commit()
         try:
             yield bool(got)
         finally:
             if got:
                 conn.execute(text("SELECT pg_advisory_unlock(:space, :job)"),
-                             {"space": ANNOUNCER_LOCK_SPACE, "job": jid})
+                             {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
                 conn.commit()
 
 
 def pending(engine: Engine, job: str) -> Pending | None:
     """The job's announcement formed but not known delivered (at most one)."""
     with Session(engine) as s:
-        a = s.scalar(select(Announcement).where(Announcement.job_id == job_id(s, job),
+        a = s.scalar(select(Announcement).where(Announcement.job_id == job_id_of(s, job),
                                                 Announcement.delivered_at.is_(None)))
         return None if a is None else Pending(a.id, a.seq, a.token, a.partition_key, a.extra, a.attempts,
                                                a.created_at)
@@ -113,14 +113,14 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     than `every` old by PostgreSQL's clock) or nothing new was committed. One transaction: the cursor is the
     previous announcement's last commit."""
     with Session(engine) as s, s.begin():
-        jid = job_id(s, job)
+        job_id = job_id_of(s, job)
         last = s.execute(select(Announcement.seq, Announcement.last_commit, Announcement.created_at,
                                 func.now().label("now"))
-                         .where(Announcement.job_id == jid).order_by(Announcement.seq.desc()).limit(1)).first()
+                         .where(Announcement.job_id == job_id).order_by(Announcement.seq.desc()).limit(1)).first()
         if last is not None and last.created_at + every > last.now:
             return None
         after = last.last_commit if last is not None else 0
-        newest = s.scalar(select(Job.commits).where(Job.id == jid))
+        newest = s.scalar(select(Job.commits).where(Job.id == job_id))
         if newest <= after:
             return None
     found = commits(engine, job, after)
@@ -131,7 +131,7 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     # would never match
     extra = to_extra(COMMITS, job, covering(found, after), announcement=seq, uuid=str(token), asset=asset_uri)
     with Session(engine) as s, s.begin():
-        a = Announcement(job_id=job_id(s, job), seq=seq, token=token, first_commit=found[0].number,
+        a = Announcement(job_id=job_id_of(s, job), seq=seq, token=token, first_commit=found[0].number,
                          last_commit=found[-1].number, partition_key=f"{COMMITS}:{seq}", extra=extra)
         s.add(a)
         s.flush()
@@ -159,7 +159,7 @@ def delivered(engine: Engine, announcement_id: int, airflow_event_id: int) -> No
 def announced(engine: Engine, job: str) -> list[dict[str, Any]]:
     """What the job's delivered announcements said (their extras' streamfill part), in order."""
     with Session(engine) as s:
-        extras = s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id(s, job),
+        extras = s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id_of(s, job),
                                                             Announcement.delivered_at.is_not(None))
                            .order_by(Announcement.seq)).all()
     return [from_extra(extra) for extra in extras]
@@ -169,5 +169,5 @@ def lineage_run_of(engine: Engine, job: str, commit: int) -> str | None:
     """The OpenLineage run id of the launch that made commit number `commit` of the job."""
     with Session(engine) as s:
         found = s.scalar(select(Run.lineage_run_id).join(Batch, Batch.run_id == Run.id)
-                         .where(Batch.job_id == job_id(s, job), Batch.commit_no == commit))
+                         .where(Batch.job_id == job_id_of(s, job), Batch.commit_no == commit))
         return None if found is None else str(found)

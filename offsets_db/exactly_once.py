@@ -1,6 +1,6 @@
 """The exactly-once protocol, in one place: plan, pending batch, commit, resume.
 
-0. fencing (`offsets_db.fencing`, README, "One launch of a job at a time"): one launch holds a job at a time; every
+0. fencing (`offsets_db.fencing`, docs/guarantees.md): one launch holds a job at a time; every
    plan and commit below
    carries its launch's generation and is refused, in its own transaction, when that launch lost the job.
 1. plan: the source records each planned range before any task reads it (`record_plan`); planning the same
@@ -68,7 +68,7 @@ class LossRecord(Protocol):
     lost_to: int
 
 
-def job_id(s: Session, name: str) -> int:
+def job_id_of(s: Session, name: str) -> int:
     found = s.scalar(select(Job.id).where(Job.name == validate_job_name(name)))
     if found is None:
         raise UnknownJob(f"job {name!r} is not in offsets_db; it is created by its first run")
@@ -123,30 +123,30 @@ def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, sta
     """
     ranges = sorted(ranges, key=lambda r: (r.topic, r.partition))
     with Session(engine) as s, s.begin():
-        jid = job_id(s, job)
-        s.execute(select(Job.id).where(Job.id == jid).with_for_update())  # one planner at a time per job
-        fencing.check(s, job, jid, generation, refuse_live_holder=True)
+        job_id = job_id_of(s, job)
+        s.execute(select(Job.id).where(Job.id == job_id).with_for_update())  # one planner at a time per job
+        fencing.check(s, job, job_id, generation, refuse_live_holder=True)
         if run_id is None and generation is not None:
-            run_id = fencing.run_of(s, jid, generation)  # the launch's runs row: the offset finder's "run"
-        last = _last_batch(s, jid)
+            run_id = fencing.run_of(s, job_id, generation)  # the launch's runs row: the offset finder's "run"
+        last = _last_batch(s, job_id)
         ends = {TopicPartition(r.topic, r.partition): r.end for r in ranges}
         if last is not None and _same_plan(s, last.id, ranges) and (
-                last.committed_at is None or _agrees_fully(ends, _snapshot(s, jid))):
+                last.committed_at is None or _agrees_fully(ends, _snapshot(s, job_id))):
             if last.committed_at is None and generation is not None:
                 last.generation = generation  # the launch holding the job now owns its pending batch
                 last.run_id = run_id
             return last.id  # a replay: before its commit, or with the job still standing at its end
         if start is not None:
-            _check_start(s, job, jid, start, last, from_checkpoint)
-        seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == jid)) or 0) + 1
+            _check_start(s, job, job_id, start, last, from_checkpoint)
+        seq = (s.scalar(select(func.max(Batch.seq)).where(Batch.job_id == job_id)) or 0) + 1
         behind = sum(r.log_end - r.end for r in ranges if r.log_end is not None)
-        batch = Batch(job_id=jid, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind,
+        batch = Batch(job_id=job_id, seq=seq, spark_batch_id=spark_batch_id, run_id=run_id, behind=behind,
                       generation=generation)
         s.add(batch)
         s.flush()
         s.add_all([BatchOffset(batch_id=batch.id, topic=r.topic, partition=r.partition, start_offset=r.start,
                                end_offset=r.end, log_start=r.log_start, log_end=r.log_end) for r in ranges])
-        s.add_all([DataLossEvent(job_id=jid, batch_id=batch.id, topic=e.topic, partition=e.partition,
+        s.add_all([DataLossEvent(job_id=job_id, batch_id=batch.id, topic=e.topic, partition=e.partition,
                                  kind=e.kind, lost_from=e.lost_from, lost_to=e.lost_to) for e in losses])
         return batch.id
 
@@ -154,8 +154,8 @@ def record_plan(engine: Engine, job: str, ranges: Iterable[PlannedRange], *, sta
 def record_losses(engine: Engine, job: str, losses: Iterable[LossRecord]) -> None:
     """Data loss that fails the query (failOnDataLoss=true): recorded without a batch, before the failure."""
     with Session(engine) as s, s.begin():
-        jid = job_id(s, job)
-        s.add_all([DataLossEvent(job_id=jid, topic=e.topic, partition=e.partition, kind=e.kind,
+        job_id = job_id_of(s, job)
+        s.add_all([DataLossEvent(job_id=job_id, topic=e.topic, partition=e.partition, kind=e.kind,
                                  lost_from=e.lost_from, lost_to=e.lost_to) for e in losses])
 
 
@@ -166,9 +166,9 @@ def _same_plan(s: Session, batch_id: int, ranges: list[PlannedRange]) -> bool:
     return [tuple(r) for r in rows] == [(r.topic, r.partition, r.start, r.end) for r in ranges]
 
 
-def _check_start(s: Session, job: str, jid: int, start: Positions, last: Batch | None,
+def _check_start(s: Session, job: str, job_id: int, start: Positions, last: Batch | None,
                  from_checkpoint: bool = False) -> None:
-    snap = _snapshot(s, jid)
+    snap = _snapshot(s, job_id)
     if start and snap and not start.keys() & snap.keys():
         raise ForeignCheckpoint(job, start, "none of its partitions is one the job has read ("
                                 + ", ".join(f"{t}-{p}" for t, p in sorted(snap)[:10]) + ")")
@@ -204,13 +204,13 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
     there), locked, or None when it is already committed (a replay: the sink drops its staged rows). It must
     have been planned by the launch that holds the job now (and by `generation`, the committing launch, when
     given): Fenced otherwise."""
-    jid = job_id(s, job)
+    job_id = job_id_of(s, job)
     if ends is not None:  # a job's batches in flight commit one at a time; its plans are not held up
         # the other commit may itself wait for a lock on the table (a colleague's CREATE INDEX): wait as long
         wait_for_lock(s.connection().connection.dbapi_connection.cursor(), "SELECT pg_advisory_xact_lock(%s, %s)",
-                      (COMMIT_LOCK_SPACE, jid), what=f"job {job}: a commit waiting for the job's other commit")
-    current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
-    last = _last_batch(s, jid, lock=True) if ends is None else _batch_ending_at(s, jid, ends)
+                      (COMMIT_LOCK_SPACE, job_id), what=f"job {job}: a commit waiting for the job's other commit")
+    current = fencing.check(s, job, job_id, generation, refuse_live_holder=False)
+    last = _last_batch(s, job_id, lock=True) if ends is None else _batch_ending_at(s, job_id, ends)
     if last is None and ends is not None:
         raise ProtocolError(f"job {job!r} has no planned batch ending at {_shape(ends)}: give the sink the "
                             "endingOffsets its source read to")
@@ -222,13 +222,13 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
         raise Fenced(f"batch {last.seq} of job {job!r} was planned by a launch that no longer holds the job "
                      f"(generation {last.generation}, now {current}); its rows are dropped and the holder plans "
                      "the batch again")
-    if ends is not None or s.scalar(select(Job.kind).where(Job.id == jid)) == "stream":
-        # the batch starts where the job stands (README, "Exactly-once into Postgres"), but where data loss moved
+    if ends is not None or s.scalar(select(Job.kind).where(Job.id == job_id)) == "stream":
+        # the batch starts where the job stands (docs/connectors.md), but where data loss moved
         # its start
         lost = {tuple(r) for r in s.execute(select(DataLossEvent.topic, DataLossEvent.partition)
                                             .where(DataLossEvent.batch_id == last.id))}
         begins = {tp: b for tp, (b, _) in _bounds(s, last.id).items() if (tp.topic, tp.partition) not in lost}
-        snap = _snapshot(s, jid)
+        snap = _snapshot(s, job_id)
         if snap and not _agrees(begins, snap) and ends is None:
             raise CheckpointMismatch(job, begins, snap)
         if snap and not _agrees(begins, snap):  # a batch in flight (by ends) whose predecessor did not commit
@@ -238,10 +238,10 @@ def pending_batch(s: Session, job: str, generation: int | None = None, ends: Pos
     return last.id
 
 
-def _batch_ending_at(s: Session, jid: int, ends: Positions) -> Batch | None:
+def _batch_ending_at(s: Session, job_id: int, ends: Positions) -> Batch | None:
     """The job's newest batch whose ranges end exactly at `ends` (the same partitions, the same ends), locked."""
     ending = (select(BatchOffset.batch_id).join(Batch, Batch.id == BatchOffset.batch_id)
-              .where(Batch.job_id == jid,
+              .where(Batch.job_id == job_id,
                      tuple_(BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset)
                      .in_([(tp.topic, tp.partition, end) for tp, end in ends.items()]))
               .group_by(BatchOffset.batch_id).having(func.count() == len(ends)))
@@ -278,8 +278,8 @@ def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, d
 
     False when the batch was already committed (a replay): nothing changes.
     """
-    jid = job_id(s, job)
-    batch = s.scalar(select(Batch).where(Batch.id == batch_id, Batch.job_id == jid).with_for_update())
+    job_id = job_id_of(s, job)
+    batch = s.scalar(select(Batch).where(Batch.id == batch_id, Batch.job_id == job_id).with_for_update())
     if batch is None:
         raise ProtocolError(f"batch {batch_id} of job {job!r} was never planned")
     if batch.committed_at is not None:
@@ -287,7 +287,7 @@ def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, d
     # one statement of a fixed shape (compiled once, cached): the batch's ends become the snapshot
     stmt = insert(Snapshot.__table__).from_select(
         ["job_id", "topic", "partition", "next_offset", "batch_id"],
-        select(literal(jid, BigInteger), BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset,
+        select(literal(job_id, BigInteger), BatchOffset.topic, BatchOffset.partition, BatchOffset.end_offset,
                BatchOffset.batch_id).where(BatchOffset.batch_id == batch_id))
     s.connection().execute(stmt.on_conflict_do_update(
         index_elements=["job_id", "topic", "partition"],
@@ -296,7 +296,7 @@ def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, d
     batch.committed_at = func.now()
     # the job's next commit number, under its row's lock until this transaction ends: numbers become visible
     # in order, so an announcer reading them in order never skips one
-    batch.commit_no = s.execute(update(Job).where(Job.id == jid).values(commits=Job.commits + 1)
+    batch.commit_no = s.execute(update(Job).where(Job.id == job_id).values(commits=Job.commits + 1)
                                 .returning(Job.commits)).scalar_one()
     if spark_batch_id is not None:
         batch.spark_batch_id = spark_batch_id
@@ -360,27 +360,27 @@ def _commit_once(engine: Engine, job: str | None, staged: StagedBatch, spark_bat
         if job is None:
             return Committed(None, staged.move(cur))
         batch_id = pending_batch(s, job, generation, ends)
-        jid = job_id(s, job)
-        config = s.scalar(select(Job.config).where(Job.id == jid)) or {}
+        job_id = job_id_of(s, job)
+        config = s.scalar(select(Job.config).where(Job.id == job_id)) or {}
         if batch_id is None:
             log.info("job %s: batch already committed (replay); staged rows dropped", job)
-            return Committed(None, replay=True, config=config, snapshot=_snapshot(s, jid))
+            return Committed(None, replay=True, config=config, snapshot=_snapshot(s, job_id))
         check_offsets(s, job, batch_id, staged.offsets)
         moved = staged.move(cur)
-        dead = _move_dead_letters(cur, staged.dead_letters, jid, batch_id) if staged.dead_letters else 0
+        dead = _move_dead_letters(cur, staged.dead_letters, job_id, batch_id) if staged.dead_letters else 0
         mark_committed(s, job, batch_id, rows_written=moved, dead_letters=dead, spark_batch_id=spark_batch_id)
         s.flush()
-        return Committed(batch_id, moved, dead, config=config, snapshot=_snapshot(s, jid))
+        return Committed(batch_id, moved, dead, config=config, snapshot=_snapshot(s, job_id))
 
 
-def _move_dead_letters(cur, staged: StagedDeadLetters, jid: int, batch_id: int) -> int:
+def _move_dead_letters(cur, staged: StagedDeadLetters, job_id: int, batch_id: int) -> int:
     """Staged rows with an _error into dead_letters, once per (job, topic, partition, offset)."""
     cur.execute(sql.SQL(schema.sql(
         'INSERT INTO {dead_letters} (job_id, batch_id, topic, partition, "offset", raw_value, error) '
         'SELECT DISTINCT ON (topic, partition, "offset") %s, %s, topic, partition, "offset", _raw, _error '
         "FROM {{}} WHERE _sf_write_id = ANY(%s) AND _error IS NOT NULL "
         'ORDER BY topic, partition, "offset" ON CONFLICT (job_id, topic, partition, "offset") DO NOTHING')).format(
-        staged.stage), (jid, batch_id, list(staged.write_ids)))
+        staged.stage), (job_id, batch_id, list(staged.write_ids)))
     return cur.rowcount
 
 
@@ -388,9 +388,9 @@ def commit_through(engine: Engine, job: str, end: Positions, generation: int | N
     """Commit the newest planned batch if it ends at `end`: Spark committed it and the sink did not (a sink
     other than streamfill_postgres)."""
     with Session(engine) as s, s.begin():
-        jid = job_id(s, job)
-        current = fencing.check(s, job, jid, generation, refuse_live_holder=False)
-        last = _last_batch(s, jid, lock=True)
+        job_id = job_id_of(s, job)
+        current = fencing.check(s, job, job_id, generation, refuse_live_holder=False)
+        last = _last_batch(s, job_id, lock=True)
         if last is None or last.committed_at is not None:
             return False
         if last.generation is not None and last.generation != current:
@@ -406,18 +406,18 @@ def commit_through(engine: Engine, job: str, end: Positions, generation: int | N
 def resume_state(engine: Engine, job: str) -> Positions:
     """The next offset per (topic, partition); empty for a job never committed (or never seen)."""
     with Session(engine) as s:
-        jid = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
-        return {} if jid is None else _snapshot(s, jid)
+        job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
+        return {} if job_id is None else _snapshot(s, job_id)
 
 
 def first_start(engine: Engine, job: str) -> Positions:
     """Where a job that never committed planned its first batch: a restart must begin there again (a
     `latest` start resolved anew would skip what arrived in between). Empty when there is no such batch."""
     with Session(engine) as s:
-        jid = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
-        if jid is None or _snapshot(s, jid):
+        job_id = s.scalar(select(Job.id).where(Job.name == validate_job_name(job)))
+        if job_id is None or _snapshot(s, job_id):
             return {}
-        last = _last_batch(s, jid)
+        last = _last_batch(s, job_id)
         if last is None or last.committed_at is not None:
             return {}
         return {tp: b for tp, (b, _) in _bounds(s, last.id).items()}

@@ -1,4 +1,4 @@
-"""Who may write a job (README, "One launch of a job at a time"): one launch at a time, checked in the transaction
+"""Who may write a job (docs/guarantees.md): one launch at a time, checked in the transaction
 of every plan and commit.
 
 A launch takes its job with `acquire`: a session-level advisory lock on a connection it keeps for its whole
@@ -58,16 +58,16 @@ def _age(seconds: float) -> str:
     return f"{s // 3600}h {s % 3600 // 60}m" if s >= 3600 else f"{s // 60}m {s % 60}s" if s >= 60 else f"{s}s"
 
 
-def _lock_held(jid: int):
+def _lock_held(job_id: int):
     """True while some session holds the job's advisory lock."""
     return exists(select(literal_column("1")).select_from(text("pg_locks")).where(
-        text("locktype = 'advisory' AND classid = :space AND objid = :jid AND objsubid = 2 AND granted")
-        .bindparams(space=LOCK_SPACE, jid=jid)))
+        text("locktype = 'advisory' AND classid = :space AND objid = :job_id AND objsubid = 2 AND granted")
+        .bindparams(space=LOCK_SPACE, job_id=job_id)))
 
 
-def holder(s: Session | Connection, jid: int) -> Holder | None:
+def holder(s: Session | Connection, job_id: int) -> Holder | None:
     row = s.execute(select(JobLease.generation, JobLease.run_id, JobLease.host, JobLease.pid,
-                           JobLease.acquired_at, _lock_held(jid)).where(JobLease.job_id == jid)).first()
+                           JobLease.acquired_at, _lock_held(job_id)).where(JobLease.job_id == job_id)).first()
     return None if row is None else Holder(*row)
 
 
@@ -82,16 +82,16 @@ def launch_alive(cur, job: str, generation: int) -> bool:
     return bool(cur.fetchone()[0])
 
 
-def run_of(s: Session, jid: int, generation: int) -> int | None:
+def run_of(s: Session, job_id: int, generation: int) -> int | None:
     """The `runs` row of the launch that holds the job with this generation (None before it has one)."""
-    return s.scalar(select(JobLease.run_id).where(JobLease.job_id == jid, JobLease.generation == generation))
+    return s.scalar(select(JobLease.run_id).where(JobLease.job_id == job_id, JobLease.generation == generation))
 
 
 class Lease:
     """A launch's hold on its job: keep it for the launch's whole life, release it (or exit) at the end."""
 
-    def __init__(self, job: str, jid: int, generation: int, conn: Connection) -> None:
-        self.job, self.job_id, self.generation, self._conn = job, jid, generation, conn
+    def __init__(self, job: str, job_id: int, generation: int, conn: Connection) -> None:
+        self.job, self.job_id, self.generation, self._conn = job, job_id, generation, conn
 
     def set_run(self, run_id: int) -> None:
         """Name the launch's `runs` row, so a refused launch can tell who holds the job."""
@@ -120,7 +120,7 @@ class Lease:
         self.release()
 
 
-def acquire(engine: Engine, job: str, jid: int, *, wait_s: float = 0, run_id: int | None = None,
+def acquire(engine: Engine, job: str, job_id: int, *, wait_s: float = 0, run_id: int | None = None,
             wait_hint: str = "", on_wait: Callable[[Holder], None] | None = None) -> Lease:
     """Take the job for this launch, or raise JobBusy naming the holder; with `wait_s`, wait up to that long
     for the holder to end (`on_wait` is told who is waited for, about every 30 s)."""
@@ -129,9 +129,9 @@ def acquire(engine: Engine, job: str, jid: int, *, wait_s: float = 0, run_id: in
     try:
         deadline = time.monotonic() + wait_s
         told = 0.0
-        while not conn.scalar(select(func.pg_try_advisory_lock(LOCK_SPACE, jid))):
+        while not conn.scalar(select(func.pg_try_advisory_lock(LOCK_SPACE, job_id))):
             conn.rollback()
-            busy = holder(conn, jid)
+            busy = holder(conn, job_id)
             conn.rollback()
             if time.monotonic() >= deadline:
                 raise JobBusy(_busy_message(job, busy, wait_s, wait_hint))
@@ -141,7 +141,7 @@ def acquire(engine: Engine, job: str, jid: int, *, wait_s: float = 0, run_id: in
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         conn.commit()  # the session-level lock stays; the transaction does not
         conn.execute(text("SET LOCAL lock_timeout = 0"))  # a commit in flight holds the lease row; let it finish
-        stmt = insert(JobLease).values(job_id=jid, generation=1, run_id=run_id, host=socket.gethostname(),
+        stmt = insert(JobLease).values(job_id=job_id, generation=1, run_id=run_id, host=socket.gethostname(),
                                        pid=os.getpid(), backend_pid=func.pg_backend_pid(), acquired_at=func.now())
         generation = conn.scalar(stmt.on_conflict_do_update(
             index_elements=[JobLease.job_id],
@@ -154,7 +154,7 @@ def acquire(engine: Engine, job: str, jid: int, *, wait_s: float = 0, run_id: in
         raise
     log.info("job %s: held by this launch (generation %d, host %s, pid %d)", job, generation,
              socket.gethostname(), os.getpid())
-    return Lease(job, jid, generation, conn)
+    return Lease(job, job_id, generation, conn)
 
 
 def _busy_message(job: str, busy: Holder | None, waited_s: float, wait_hint: str) -> str:
@@ -166,22 +166,22 @@ def _busy_message(job: str, busy: Holder | None, waited_s: float, wait_hint: str
             f"{busy.host if busy else '?'} as pid {busy.pid if busy else '?'}){hint}")
 
 
-def check(s: Session, job: str, jid: int, generation: int | None, *, refuse_live_holder: bool) -> int | None:
+def check(s: Session, job: str, job_id: int, generation: int | None, *, refuse_live_holder: bool) -> int | None:
     """Inside a plan's or commit's transaction: refuse a launch that no longer holds the job. Returns the job's
     current generation (None for a job never held). The lease row stays locked for share until the caller's
     transaction ends, so no other launch takes the job in between.
 
     Without a generation (a caller that did not acquire the job), `refuse_live_holder` refuses a job a live
     launch holds (a plan); a commit instead compares the batch's generation with the returned one."""
-    row = s.execute(select(JobLease.generation).where(JobLease.job_id == jid).with_for_update(read=True)).first()
+    row = s.execute(select(JobLease.generation).where(JobLease.job_id == job_id).with_for_update(read=True)).first()
     current = None if row is None else row[0]
     if generation is not None and current != generation:
-        now = holder(s, jid)
+        now = holder(s, job_id)
         raise Fenced(f"this launch of job {job!r} (generation {generation}) no longer holds the job: "
                      f"{'it is now held by ' + now.describe() if now else 'the job has no holder'}. Nothing of "
                      "this launch is committed; the holder plans the job's next batch again from its snapshot")
     if generation is None and refuse_live_holder and current is not None:
-        now = holder(s, jid)
+        now = holder(s, job_id)
         if now is not None and now.alive:
             raise JobBusy(_busy_message(job, now, 0, ""))
     return current

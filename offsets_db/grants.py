@@ -55,35 +55,36 @@ def target_schema(schema: str, job: str) -> str:
 def statements(database: str, schema: str, roles: Roles, targets: Sequence[str]) -> list[tuple[str, str]]:
     """(why, statement) in the order a DBA runs them, as a superuser: making a schema for the owner and setting
     default privileges for roles needs membership in them, which creating a role does not give."""
-    o, j, r = roles.owner, roles.job, roles.reader
+    owner, job, reader = roles.owner, roles.job, roles.reader
     s = quote(schema)
     out = [(f"role {role} (then set its password: \\password {role})",
             f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {_literal(role)}) THEN "
-            f"CREATE ROLE {quote(role)} LOGIN; END IF; END $$") for role in (o, j, r)]
+            f"CREATE ROLE {quote(role)} LOGIN; END IF; END $$") for role in (owner, job, reader)]
     out += [
-        ("all three connect", f"GRANT CONNECT ON DATABASE {quote(database)} TO {_ids(o, j, r)}"),
+        ("all three connect", f"GRANT CONNECT ON DATABASE {quote(database)} TO {_ids(owner, job, reader)}"),
         ("the owner's schema: its migrations create offsets_db there",
-         f"CREATE SCHEMA IF NOT EXISTS {s} AUTHORIZATION {quote(o)}"),
-        ("the job role and the reader find its tables", schema_usage(schema, j, r)),
+         f"CREATE SCHEMA IF NOT EXISTS {s} AUTHORIZATION {quote(owner)}"),
+        ("the job role and the reader find its tables", schema_usage(schema, job, reader)),
         ("the job role writes the tables the owner's migrations create, and draws their ids",
-         f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(o)} IN SCHEMA {s} "
-         f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {quote(j)}"),
-        ("", f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(o)} IN SCHEMA {s} "
-             f"GRANT USAGE, SELECT ON SEQUENCES TO {quote(j)}"),
+         f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(owner)} IN SCHEMA {s} "
+         f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {quote(job)}"),
+        ("", f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(owner)} IN SCHEMA {s} "
+             f"GRANT USAGE, SELECT ON SEQUENCES TO {quote(job)}"),
         ("the reader reads them, tables and views",
-         f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(o)} IN SCHEMA {s} GRANT SELECT ON TABLES TO {quote(r)}"),
-        ("the same for what is there already", job_tables(schema, j)),
-        ("", job_sequences(schema, j)),
-        ("", f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {quote(r)}"),
+         f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(owner)} IN SCHEMA {s} GRANT SELECT ON TABLES TO {quote(reader)}"),
+        ("the same for what is there already", job_tables(schema, job)),
+        ("", job_sequences(schema, job)),
+        ("", f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {quote(reader)}"),
     ]
     for target in targets:
         t = quote(target)
         out += [
             (f"the job role creates and writes its tables (and their staging tables) in {target}",
-             target_schema(target, j)),
+             target_schema(target, job)),
             (f"the reader reads the tables the job role creates in {target} (the page shows their keys)",
-             f"GRANT USAGE ON SCHEMA {t} TO {quote(r)}"),
-            ("", f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(j)} IN SCHEMA {t} GRANT SELECT ON TABLES TO {quote(r)}"),
+             f"GRANT USAGE ON SCHEMA {t} TO {quote(reader)}"),
+            ("", f"ALTER DEFAULT PRIVILEGES FOR ROLE {quote(job)} IN SCHEMA {t} "
+                 f"GRANT SELECT ON TABLES TO {quote(reader)}"),
         ]
     return out
 

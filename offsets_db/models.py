@@ -91,7 +91,7 @@ class Batch(Base):
 
 
 class JobLease(Base):
-    """Who holds a job (README, "One launch of a job at a time"): one launch at a time plans and commits. The
+    """Who holds a job (docs/guarantees.md): one launch at a time plans and commits. The
     holder keeps a session-level
     advisory lock for its whole life; each acquisition bumps `generation`, and every plan and commit checks
     its launch's generation in its own transaction, so a launch that lost the job can never write for it."""

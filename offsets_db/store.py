@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from offsets_db import exactly_once, fencing
 from offsets_db.engine import make_engine
-from offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id
+from offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id_of
 from offsets_db.fencing import Holder, Lease
-from offsets_db.models import Batch, Job, Run, Snapshot
+from offsets_db.models import Batch, Job, QualityResult, Run, Snapshot
 from streamfill.errors import CheckpointMismatch, JobKindMismatch
 from streamfill.names import validate_job_name
 
@@ -52,22 +52,22 @@ class OffsetStore:
             stmt = insert(Job).values(name=name, kind=kind, config=config or {})
             s.execute(stmt.on_conflict_do_update(index_elements=[Job.name],
                                                  set_={"config": Job.config.op("||")(stmt.excluded.config)}))
-            jid, stored = s.execute(select(Job.id, Job.kind).where(Job.name == name)).one()
+            job_id, stored = s.execute(select(Job.id, Job.kind).where(Job.name == name)).one()
             if (stored == "stream") != (kind == "stream"):  # backfill and interval jobs are both bounded
                 raise JobKindMismatch(f"job {name!r} is a {stored} job in offsets_db, not a {kind}; its offsets "
                                       f"belong to that {stored}. Give this {kind} its own job name")
             if restart:
-                s.execute(delete(Snapshot).where(Snapshot.job_id == jid))
-            return jid
+                s.execute(delete(Snapshot).where(Snapshot.job_id == job_id))
+            return job_id
 
     def hold(self, job: str, *, wait_s: float = 0, wait_hint: str = "",
              on_wait: Callable[[Holder], None] | None = None) -> Lease:
-        """Take the job for this launch (README, "One launch of a job at a time"): JobBusy names the launch holding
+        """Take the job for this launch (docs/guarantees.md): JobBusy names the launch holding
         it, unless it ends within
         `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
         with Session(self.engine) as s:
-            jid = job_id(s, job)
-        return fencing.acquire(self.engine, job, jid, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
+            job_id = job_id_of(s, job)
+        return fencing.acquire(self.engine, job, job_id, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
 
     def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
                   spark_app_id: str | None = None, lease: Lease | None = None, lineage_run_id: str | None = None,
@@ -78,10 +78,10 @@ class OffsetStore:
         Called by the launch holding the job (`hold`): launches still marked running were killed before they
         could say so (SIGKILL, a lost machine) and become `lost`; `on_lost` gets their OpenLineage run ids."""
         with Session(self.engine) as s, s.begin():
-            jid = job_id(s, job)
-            lost = s.scalars(update(Run).where(Run.job_id == jid, Run.status == "running")
+            job_id = job_id_of(s, job)
+            lost = s.scalars(update(Run).where(Run.job_id == job_id, Run.status == "running")
                              .values(status="lost", ended_at=func.now()).returning(Run.lineage_run_id)).all()
-            run = Run(job_id=jid, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
+            run = Run(job_id=job_id, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
                       pid=os.getpid(), spark_app_id=spark_app_id, status="running", lineage_run_id=lineage_run_id)
             s.add(run)
             s.flush()
@@ -105,6 +105,21 @@ class OffsetStore:
     def job_config(self, name: str) -> dict[str, Any]:
         with Session(self.engine) as s:
             return s.scalar(select(Job.config).where(Job.name == validate_job_name(name))) or {}
+
+    def forget_jobs(self, names: Iterable[str]) -> list[str]:
+        """Delete these jobs and everything offsets_db keeps of them, in one transaction; returns the names it
+        removed, sorted (a name never recorded is skipped). Their quality results are deleted first: that key is
+        SET NULL, so they would otherwise stay behind, belonging to no job; every other table cascades."""
+        wanted = sorted({validate_job_name(n) for n in names})
+        if not wanted:
+            return []
+        with Session(self.engine) as s, s.begin():
+            found = dict(s.execute(select(Job.id, Job.name).where(Job.name.in_(wanted))).tuples().all())
+            if found:
+                s.execute(delete(QualityResult).where(QualityResult.job_id.in_(list(found))),
+                          execution_options={"synchronize_session": False})
+                s.execute(delete(Job).where(Job.id.in_(list(found))), execution_options={"synchronize_session": False})
+        return sorted(found.values())
 
     # the exactly-once protocol's steps, for callers that hold a store
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from airflow.sdk import Asset
 
+from orchestration import dag_ids
 from orchestration.connections import POSTGRES_CONNECTION, postgres_url
 from spark_jobs.pipelines import PipelineSpec
 from streamfill.datasets import PgTable
@@ -47,7 +48,7 @@ def of_entry(spec: PipelineSpec, db_url: str) -> EntryAssets:
     from orchestration.announcer_trigger import CommitAnnouncer
 
     uri = PgTable.of(db_url, spec.table).asset_uri
-    watcher = AssetWatcher(name=f"streamfill_announce__{spec.name}",
+    watcher = AssetWatcher(name=dag_ids.announce(spec.name),
                            trigger=CommitAnnouncer(spec.name, uri, spec.announce_every_s))
     return EntryAssets(Asset(name=uri, uri=uri, watchers=[watcher]),
                        table_asset(db_url, spec.interval_target) if spec.topic is not None else None)

@@ -31,8 +31,10 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
+from connectors.postgres.sink_options import APPEND_NEW, MODES, REPLACE
 from orchestration import assets, dag_ids
 from orchestration.jobs_file import pin
+from spark_jobs.backfill_plan import DEFAULT_CHUNK
 from spark_jobs.pipelines import PipelineSpec, load
 
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
@@ -44,38 +46,42 @@ JOBS: dict[str, PipelineSpec] = {}
 
 @task
 def run_stream(job: str) -> None:
-    from orchestration import tasks as o
+    from orchestration import tasks
+    from spark_jobs.runs import argv
+    from spark_jobs.stream import StreamArgs
 
     spec, ctx = JOBS[job], get_current_context()
-    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     trigger = ctx["params"]["trigger"] or spec.trigger
     # a retry waits for a launch of the job still stopping (it holds the job until its session ends)
-    o.spark_submit("stream.py", ["--job", spec.name, "--trigger", trigger, "--wait-for-job", o.RETRY_WAIT],
-                   o.endpoints())
+    tasks.spark_submit("stream.py", argv(StreamArgs, job=spec.name, trigger=trigger, wait_for_job=tasks.RETRY_WAIT),
+                       tasks.endpoints())
 
 
 @task
 def check_health(job: str) -> None:
-    from orchestration import tasks as o
+    from orchestration import tasks
 
     spec = JOBS[job]
-    h = o.health(o.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
-                 spec.health.max_lag)
-    print(f"job {spec.name}: last commit {h.last_commit}, worst partition lag {h.max_lag}")
-    if h.problems:
-        raise RuntimeError("; ".join(h.problems))
+    health = tasks.health(tasks.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
+                          spec.health.max_lag)
+    print(f"job {spec.name}: last commit {health.last_commit}, worst partition lag {health.max_lag}")
+    if health.problems:
+        raise RuntimeError("; ".join(health.problems))
 
 
 @task
 def backfill_window(job: str) -> str:
-    from orchestration import tasks as o
+    from orchestration import tasks
+    from spark_jobs.backfill import BackfillArgs
+    from spark_jobs.runs import argv
 
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
-    name = o.window_job(spec.name, start)
-    o.spark_submit("backfill.py", ["--job", name, "--pipeline", spec.name, "--topic", spec.topic, "--from",
-                                   o.iso(start), "--to", o.iso(end), "--table", spec.interval_target, "--mode",
-                                   "replace", "--wait-for-job", o.RETRY_WAIT], o.endpoints())
+    name = tasks.window_job(spec.name, start)
+    tasks.spark_submit("backfill.py", argv(BackfillArgs, job=name, pipeline=spec.name, topic=spec.topic,
+                                           from_=tasks.iso(start), to=tasks.iso(end), table=spec.interval_target,
+                                           mode=REPLACE, wait_for_job=tasks.RETRY_WAIT), tasks.endpoints())
     return name
 
 
@@ -83,11 +89,11 @@ def backfill_window(job: str) -> str:
 def announce_window(job: str, window_job: str) -> None:
     """The window's asset event: its start as the partition key, what it committed in the extra (the task's
     outlet is the windows' table)."""
-    from orchestration import tasks as o
+    from orchestration import tasks
 
     ctx = get_current_context()
-    key, extra = o.window_event(o.endpoints().db_url, job, window_job, ctx["data_interval_start"],
-                                ctx["data_interval_end"])
+    key, extra = tasks.window_event(tasks.endpoints().db_url, job, window_job, ctx["data_interval_start"],
+                                    ctx["data_interval_end"])
     event = ctx["outlet_events"][ctx["task"].outlets[0]]
     event.extra = extra
     event.add_partitions(key)
@@ -110,49 +116,52 @@ def validate_replay() -> dict:
     partitions, times in the future, ranges below the log start)."""
     from connectors.kafka.broker import Broker
     from offsets_db.store import OffsetStore
-    from orchestration import tasks as o
+    from orchestration import tasks
     from spark_jobs import backfill
     from streamfill.errors import OptionError
 
     ctx = get_current_context()
-    p = ctx["params"]
-    o.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
-    spec = JOBS[p["job"]]
-    table = p["table"] or f"{spec.table}_replay"
-    ends = o.endpoints()
+    params = ctx["params"]
+    tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    spec = JOBS[params["job"]]
+    table = params["table"] or f"{spec.table}_replay"
+    ends = tasks.endpoints()
     try:
-        args = backfill.BackfillArgs(o.replay_job(spec.name, p["from"], p["to"], table), spec.topic, p["from"],
-                                     p["to"], table, p["mode"], p["chunk_size"], spec.name)
+        job = tasks.replay_job(spec.name, params["from"], params["to"], table)
+        args = backfill.BackfillArgs(job=job, topic=spec.topic, from_=params["from"], to=params["to"], table=table,
+                                     mode=params["mode"], chunk_size=params["chunk_size"], pipeline=spec.name)
         backfill.check_job(args, OffsetStore(ends.db_url))
         window = backfill.resolve(args, Broker(ends.kafka))
     except OptionError as exc:
-        raise o.as_form_error(exc) from None
+        raise tasks.as_form_error(exc) from None
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
-    return {"job": args.job, "topic": spec.topic, "from": args.frm, "to": args.to, "table": table,
+    return {"job": args.job, "topic": spec.topic, "from": args.from_, "to": args.to, "table": table,
             "mode": args.mode, "chunk_size": args.chunk_size, "pipeline": spec.name}
 
 
 @task
 def run_replay(plan: dict) -> str:
-    from orchestration import tasks as o
+    from orchestration import tasks
+    from spark_jobs.backfill import BackfillArgs
+    from spark_jobs.runs import argv
 
-    o.spark_submit("backfill.py", ["--job", plan["job"], "--topic", plan["topic"], "--from", plan["from"], "--to",
-                                   plan["to"], "--table", plan["table"], "--mode", plan["mode"], "--chunk-size",
-                                   str(plan["chunk_size"]), "--pipeline", plan["pipeline"], "--wait-for-job",
-                                   o.RETRY_WAIT], o.endpoints())
+    tasks.spark_submit("backfill.py", argv(BackfillArgs, job=plan["job"], topic=plan["topic"], from_=plan["from"],
+                                           to=plan["to"], table=plan["table"], mode=plan["mode"],
+                                           chunk_size=plan["chunk_size"], pipeline=plan["pipeline"],
+                                           wait_for_job=tasks.RETRY_WAIT), tasks.endpoints())
     return plan["job"]
 
 
 @task
 def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = False,
             fresh_minutes: int | None = None) -> None:
-    from orchestration import tasks as o
+    from orchestration import tasks
     from spark_jobs import quality as q
 
-    ends = o.endpoints()
+    ends = tasks.endpoints()
     outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
                          freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None,
-                         schema_registry=ends.schema_registry or None, parent=o.lineage_parent())
+                         schema_registry=ends.schema_registry or None, parent=tasks.lineage_parent())
     q.require(outcome)
 
 
@@ -219,11 +228,11 @@ def _replay(one_topic: list[str]) -> DAG:
                                description="earliest, latest, per-partition JSON or an ISO-8601 time"),
                  "to": Param("latest", type="string", pattern=SPEC_PATTERN,
                              description="earliest, latest, per-partition JSON or an ISO-8601 time"),
-                 "mode": Param("append-new", enum=["append-new", "replace"],
+                 "mode": Param(APPEND_NEW, enum=list(MODES),
                                description="append-new keeps existing rows, replace upserts them"),
                  "table": Param(None, type=["null", "string"], pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
                                 description="target table; empty: <job table>_replay"),
-                 "chunk_size": Param(500_000, type="integer", minimum=1,
+                 "chunk_size": Param(DEFAULT_CHUNK, type="integer", minimum=1,
                                      description="offsets per exactly-once chunk"),
              }) as dag:
         plan = validate_replay()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from offsets_db import queries
 from offsets_db.engine import make_engine
+from orchestration import dag_ids
 from orchestration.connections import (
     POSTGRES_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
@@ -33,6 +34,7 @@ from orchestration.connections import (
 )
 import spark_jobs
 from spark_jobs import class_archive, py_files
+from spark_jobs.runs import flag
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError, UnknownJob
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
@@ -43,10 +45,11 @@ log = logging.getLogger("streamfill.orchestration")
 POSTGRES_CONN, KAFKA_CONN, SPARK_MASTER_VAR = POSTGRES_CONNECTION, KAFKA_CONNECTION, "streamfill_spark_master"
 
 
-# the backfill's flags and the replay form's fields that carry them
-FORM_FIELDS = {"--job": "job", "--from": "from", "--to": "to", "--mode": "mode", "--table": "table",
-               "--chunk-size": "chunk_size"}
-_FLAG = re.compile(r"--(?:job|from|to|mode|table|chunk-size)\b")
+# the backfill's flags the replay form sets, each as the form's field named like the flag (--chunk-size is
+# chunk_size), so that a check of the backfill fails in the form's words
+FORM_FIELDS = {f: f[2:].replace("-", "_")
+               for f in map(flag, ("job", "from_", "to", "mode", "table", "chunk_size"))}
+_FLAG = re.compile("(?:" + "|".join(map(re.escape, FORM_FIELDS)) + r")\b")
 
 
 def refuse_unknown_conf(dag_id: str, conf: Mapping[str, object], params: Mapping[str, object]) -> None:
@@ -108,7 +111,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     bin_dir = Path(sys.executable).parent
     cluster = py_files.ships(ends.spark_master)
     # a cluster's workers may not have streamfill: its packages go with the job, and the driver stays this
-    # interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py, README)
+    # interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py, docs/infrastructure.md)
     ship = ["--py-files", str(py_files.archive(get_settings().home)),
             "--conf", f"spark.pyspark.driver.python={sys.executable}"] if cluster else []
     cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master, *ship,
@@ -221,11 +224,11 @@ def window_event(db_url: str, entry: str, job: str, start: datetime, end: dateti
                          **{"pass": number, "rerun": number > 1})
 
 
-def replay_job(job: str, frm: str, to: str, table: str) -> str:
+def replay_job(job: str, from_: str, to: str, table: str) -> str:
     """The same replay asked twice is the same job: append-new then changes nothing, replace rewrites."""
     from spark_jobs.backfill import backfill_job
 
-    return backfill_job(job, frm, to, table, kind="replay")
+    return backfill_job(job, from_, to, table, kind="replay")
 
 
 def iso(when: datetime) -> str:
@@ -257,10 +260,10 @@ def health_problems(job: str, last: datetime | None, lag: int | None, max_commit
     health DAG fails on them and the streamfill page marks them red."""
     problems = []
     if last is None:
-        problems.append(f"job {job!r} has never committed a batch; is streamfill_stream__{job} running?")
+        problems.append(f"job {job!r} has never committed a batch; is {dag_ids.stream(job)} running?")
     elif now - last > max_commit_age:
         problems.append(f"job {job!r} last committed at {last:%Y-%m-%d %H:%M:%S} UTC, {now - last} ago "
-                        f"(threshold {max_commit_age}); check streamfill_stream__{job}'s log")
+                        f"(threshold {max_commit_age}); check {dag_ids.stream(job)}'s log")
     if lag is not None and lag > max_lag:
         problems.append(f"job {job!r} lags {lag:,} offsets on its worst partition (threshold {max_lag:,}); "
                         "see `streamfill offsets lag --job " + job + "`")

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from connectors.kafka.broker import Broker
+from connectors.postgres.sink_options import APPEND_NEW, MODES
 from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
 from spark_jobs import pipelines
-from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from spark_jobs.backfill_plan import DEFAULT_CHUNK, Window, next_chunk, parse_spec, progress, remaining, resolve_window
 from spark_jobs.pipelines import PipelineSpec, registry
 from spark_jobs.runs import (
     console,
@@ -48,9 +49,7 @@ from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
 
-DEFAULT_CHUNK = 500_000
 IN_FLIGHT = 2  # chunks written at once: one is planned or commits while the other's tasks run
-MODES = ("append-new", "replace")
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,10 @@ class BackfillArgs:
 
     job: str
     topic: str
-    frm: str
+    from_: str
     to: str
     table: str
-    mode: str = "append-new"
+    mode: str = APPEND_NEW
     chunk_size: int = DEFAULT_CHUNK
     pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
     wait_for_job: str = "0"  # how long to wait for another launch holding the job; 0 refuses at once
@@ -95,7 +94,7 @@ class BackfillArgs:
         return registry.resolved(self.entry)
 
     @classmethod
-    def from_flags(cls, *, job: str, topic: str | None = None, frm: str, to: str, table: str | None = None,
+    def from_flags(cls, *, job: str, topic: str | None = None, from_: str, to: str, table: str | None = None,
                    mode: str | None = None, pipeline: str | None = None, **flags) -> BackfillArgs:
         """With --job naming an entry and no --topic, the entry's topic, table and mode, under a job of its own
         (`NAME.backfill.<hash of from, to, table>`: a stream's name is its stream's). Otherwise --topic and
@@ -109,15 +108,15 @@ class BackfillArgs:
                                   f"({spec.topics_option[1]}) and a backfill reads one",
                                   "give --topic with one of them")
             table = table or spec.table
-            name = job if pipeline else backfill_job(spec.name, frm, to, table)
-            return cls(job=name, topic=spec.topic, frm=frm, to=to, table=table, mode=mode or spec.mode,
+            name = job if pipeline else backfill_job(spec.name, from_, to, table)
+            return cls(job=name, topic=spec.topic, from_=from_, to=to, table=table, mode=mode or spec.mode,
                        pipeline=spec.name, **flags)
-        return cls(job=job, topic=topic, frm=frm, to=to, table=table or default_table(job),
-                   mode=mode or "append-new", pipeline=pipeline, **flags)
+        return cls(job=job, topic=topic, from_=from_, to=to, table=table or default_table(job),
+                   mode=mode or APPEND_NEW, pipeline=pipeline, **flags)
 
     def recorded(self) -> dict[str, str]:
         """What makes two launches the same backfill (the mode may change between passes)."""
-        return {"topic": self.topic, "from": self.frm, "to": self.to, "table": self.table}
+        return {"topic": self.topic, "from": self.from_, "to": self.to, "table": self.table}
 
 
 @dataclass
@@ -142,10 +141,10 @@ class Summary:
     per_partition: dict[str, int] = field(default_factory=dict)
 
 
-def backfill_job(entry: str, frm: str, to: str, table: str, kind: str = "backfill") -> str:
+def backfill_job(entry: str, from_: str, to: str, table: str, kind: str = "backfill") -> str:
     """The offsets_db job of a backfill of an entry: the same range into the same table is the same job (a
     re-run continues or changes nothing), another range is another job."""
-    digest = hashlib.sha1(f"{frm}|{to}|{table}".encode()).hexdigest()[:10]
+    digest = hashlib.sha1(f"{from_}|{to}|{table}".encode()).hexdigest()[:10]
     return f"{entry}.{kind}.{digest}"
 
 
@@ -158,13 +157,13 @@ def check_job(args: BackfillArgs, store: OffsetStore) -> None:
 
 def resolve(args: BackfillArgs, broker: Broker, now_ms: int | None = None) -> Window:
     """--from/--to to concrete ranges, every check made against the broker before Spark starts."""
-    frm = parse_spec(args.frm, "--from", args.topic)
-    to = parse_spec(args.to, "--to", args.topic)
+    from_spec = parse_spec(args.from_, "--from", args.topic)
+    to_spec = parse_spec(args.to, "--to", args.topic)
     topics = broker.readable([args.topic])
     parts = [TopicPartition(args.topic, p) for p in range(topics.get(args.topic, 0))]
     watermarks = broker.watermarks(parts) if parts else {}
-    return resolve_window(args.topic, topics.get(args.topic), watermarks, broker.offsets_for_times, frm, to,
-                          now_ms if now_ms is not None else int(time.time() * 1000), raw_from=args.frm,
+    return resolve_window(args.topic, topics.get(args.topic), watermarks, broker.offsets_for_times, from_spec, to_spec,
+                          now_ms if now_ms is not None else int(time.time() * 1000), raw_from=args.from_,
                           raw_to=args.to, known_topics=sorted(topics))
 
 
@@ -187,7 +186,7 @@ def prepare(args: BackfillArgs, broker: Broker, store: OffsetStore) -> Prepared:
                 "with those arguments to finish it, or give this backfill a new --job name")
     window = resolve(args, broker)
     if prior and window == Window.from_json(prior["window"]) and prior["table"] == args.table \
-            and args.mode == "append-new":
+            and args.mode == APPEND_NEW:
         return Prepared(window, {tp: e for tp, (_, e) in window.bounds.items()}, "complete")
     # a pass's number and the batch before it: what this pass committed, and whether it is a re-run, stay facts
     # of offsets_db (the window's asset event reports them: offsets_db.announcements.newest_pass)
@@ -264,8 +263,7 @@ def _no_whole_stage_codegen(spark) -> Iterator[None]:
     """A chunk's stage (read, a pipeline's parse and checks, the hand-over to the sink) is too large to be fused
     into one method the JVM compiles (spark.sql.codegen.hugeMethodLimit): Spark generated the fused code for every
     chunk, only to find it too large and run the operators' own code. Without whole-stage codegen a chunk skips
-    that attempt: a backfill of 2,000,000 events in chunks of 50,000 took 13.1 s instead of 13.8, in chunks
-    of 500,000 9.7 s and 9.6 (medians of five interleaved runs)."""
+    that attempt."""
     key = "spark.sql.codegen.wholeStage"
     before = spark.conf.get(key)
     spark.conf.set(key, "false")
@@ -281,7 +279,7 @@ def _write_chunks(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
 
     Two chunks are in flight at once, on partitions they do not share, each reading half the task slots' worth
     of partitions (those with the most left) in one task each: while one chunk is planned and recorded or
-    commits (about 0.3 s of Spark's job cycle a chunk), the other's tasks run, and the next chunk is started as
+    commits, the other's tasks run, and the next chunk is started as
     soon as one ends. Each write names its chunk's ends, so each commit takes its own batch, in either order. A
     chunk that nothing can run beside is split over every slot. After a failure no chunk starts; the one still in
     flight ends (committed or not) before the failure is raised."""

@@ -23,6 +23,10 @@ from connectors.kafka.offsets import (
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 
+# offsets per chunk when no --chunk-size is given (the CLI, spark-submit and the replay form): each chunk is one
+# Spark job and one commit, so larger chunks spread that cost over more records
+DEFAULT_CHUNK = 500_000
+
 
 def parse_spec(raw: str, flag: str, topic: str) -> OffsetSpec:
     """`--from`/`--to`: earliest, latest, per-partition JSON of `topic` (short or Spark's shape) or an ISO time."""
@@ -53,17 +57,16 @@ class Window:
 
 
 def resolve_window(topic: str, partitions: int | None, watermarks: Watermarks, offsets_for_times: OffsetsForTimes,
-                   frm: OffsetSpec, to: OffsetSpec, now_ms: int, *, raw_from: str, raw_to: str,
+                   from_: OffsetSpec, to: OffsetSpec, now_ms: int, *, raw_from: str, raw_to: str,
                    known_topics: list[str] = ()) -> Window:
-    """Concrete ranges, or an OptionError naming the flag, the value and the fix (the data-loss rules of README
-    "Guarantees"
-    included: a backfill refuses offsets that retention already deleted)."""
+    """Concrete ranges, or an OptionError naming the flag, the value and the fix (the data-loss rules of
+    docs/guarantees.md included: a backfill refuses offsets that retention already deleted)."""
     if partitions is None:
         close = [t for t in known_topics if not t.startswith("_")][:10]
         raise OptionError("--topic", topic, "does not exist",
                           f"existing topics: {', '.join(close) or 'none'}. Check the name or produce to it first")
     parts = [TopicPartition(topic, p) for p in range(partitions)]
-    for flag, raw, spec in (("--from", raw_from, frm), ("--to", raw_to, to)):
+    for flag, raw, spec in (("--from", raw_from, from_), ("--to", raw_to, to)):
         if isinstance(spec, GlobalTimestamp) and spec.timestamp_ms > now_ms:
             now = datetime.fromtimestamp(now_ms / 1000, timezone.utc).isoformat(timespec="seconds")
             raise OptionError(flag, raw, f"is in the future (now is {now})", "use a past time, or latest")
@@ -72,9 +75,9 @@ def resolve_window(topic: str, partitions: int | None, watermarks: Watermarks, o
                 if tp.partition >= partitions:
                     raise OptionError(flag, raw, f"names partition {tp.partition}, but topic {topic!r} has "
                                       f"partitions 0..{partitions - 1}", "name only those")
-    if isinstance(frm, GlobalTimestamp) and isinstance(to, GlobalTimestamp) and frm.timestamp_ms > to.timestamp_ms:
+    if isinstance(from_, GlobalTimestamp) and isinstance(to, GlobalTimestamp) and from_.timestamp_ms > to.timestamp_ms:
         raise OptionError("--from", raw_from, f"is after --to {raw_to!r}", "swap them")
-    start = resolve(frm, parts, watermarks, offsets_for_times, option="--from", default=Earliest())
+    start = resolve(from_, parts, watermarks, offsets_for_times, option="--from", default=Earliest())
     end = resolve(to, parts, watermarks, offsets_for_times, option="--to", default=Latest())
     planner.check_within_log(start, watermarks, option="--from", value=raw_from, below_start_is_error=True)
     planner.check_within_log(end, watermarks, option="--to", value=raw_to, below_start_is_error=True)

@@ -32,8 +32,9 @@ A = TypeVar("A")
 
 
 def flag(name: str) -> str:
-    """A field's command-line flag: `max_offsets_per_trigger` is `--max-offsets-per-trigger`, `frm` is `--from`."""
-    return "--from" if name == "frm" else "--" + name.replace("_", "-")
+    """A field's command-line flag: `max_offsets_per_trigger` is `--max-offsets-per-trigger`, `from_` (`from` is a
+    Python keyword) is `--from`."""
+    return "--" + name.rstrip("_").replace("_", "-")
 
 
 def parse_argv(cls: type[A], argv: Sequence[str], prog: str, extra: Sequence[str] = ("master",)) -> tuple[A, dict]:
@@ -49,6 +50,15 @@ def parse_argv(cls: type[A], argv: Sequence[str], prog: str, extra: Sequence[str
     ns = vars(parser.parse_args(list(argv)))
     given = {k: _typed(fields[k], v) for k, v in ns.items() if k in fields and v is not None}
     return cls.from_flags(**given), {k: ns[k] for k in extra}
+
+
+def argv(cls: type, **values: object) -> list[str]:
+    """The command line `parse_argv` reads back into `cls`: each value under its field's flag, in the order given
+    (None left out), for a task that launches the job with spark-submit. A name that is no field is refused."""
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
+    return [part for name, value in values.items() if value is not None for part in (flag(name), str(value))]
 
 
 def submit_main(cls: type[A], launch: Callable[[A, str | None], object], argv: Sequence[str], prog: str) -> int:

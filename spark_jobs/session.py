@@ -37,9 +37,7 @@ def spark_session(app_name: str, settings: Settings | None = None,
                .config("spark.sql.session.timeZone", "UTC")
                # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's projections of
                # values typed in the read (each column: the read's value, or from_json's and its checks) make one:
-               # Spark's default (65535) kept it as one method the JVM then interpreted. Reading 2,000,000 demo
-               # events typed in the read, parsing and handing them to Python took 12.7 s instead of 16.9
-               # (medians of two, one session); with Spark's parse alone 18.9 s and 19.2 s.
+               # Spark's default (65535) kept it as one method the JVM then interpreted, which made parsing slower.
                # Spark's docs advise 8000 on HotSpot: such a stage then runs without whole-stage codegen.
                .config("spark.sql.codegen.hugeMethodLimit", "8000")
                # options whose values Spark hides in plans, beside spark.redaction.regex's passwords and secrets:

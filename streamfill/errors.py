@@ -83,7 +83,7 @@ class ForeignCheckpoint(CheckpointMismatch):
 
 
 class JobBusy(ProtocolError):
-    """Another launch holds the job (README, "One launch of a job at a time"); the message names it: run id, host,
+    """Another launch holds the job (docs/guarantees.md); the message names it: run id, host,
     pid and for how long."""
 
 

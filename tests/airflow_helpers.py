@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from app.stack.airflow import reserialize
+from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi
 
 
@@ -15,7 +16,7 @@ def replay_form_offers(api: AirflowApi, settings, job: str, timeout: float = 180
     deadline = time.monotonic() + timeout
     while True:
         reserialize(settings)
-        offered = api.call("GET", "/api/v2/dags/streamfill_replay/details")["params"]["job"]["schema"]["enum"]
+        offered = api.call("GET", f"/api/v2/dags/{dag_ids.REPLAY}/details")["params"]["job"]["schema"]["enum"]
         if job in offered:
             return
         assert time.monotonic() < deadline, f"the replay form offers {offered}, never {job!r}"

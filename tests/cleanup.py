@@ -81,7 +81,7 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
                 "WHERE id > :since AND NOT name = ANY(:entries) AND name ~ 't_[0-9a-f]{10}' "
                 "OR name = ANY(:names) OR split_part(name, '.', 1) = ANY(:names)"),
                 {"since": since_job_id, "entries": entries, "names": names}).all()
-            ids = [j[0] for j in jobs]
+            ids = [row[0] for row in jobs]
             conn.execute(text("DELETE FROM quality_results WHERE job_id = ANY(:ids)"), {"ids": ids})
             conn.execute(text("DELETE FROM jobs WHERE id = ANY(:ids)"), {"ids": ids})
             made = {t for _, _, t in jobs if t} | set(conn.scalars(text(

@@ -11,6 +11,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from connectors.postgres.sink_options import REPLACE
+from orchestration import dag_ids
 from spark_jobs.runs import console, fail, say
 from streamfill.settings import Settings, get_settings
 
@@ -145,9 +147,9 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
     api = AirflowApi(settings)
     engine = make_engine(settings.offsets_db_url)
     announced_before = _announced(engine, spec.name)
-    runs = [(f"streamfill_stream__{spec.name}", {"trigger": "available-now"}),
-            ("streamfill_replay", {"job": spec.name, "from": window_start.isoformat(), "to": window_end.isoformat(),
-                                   "mode": "replace", "table": WINDOW_TABLE})]
+    runs = [(dag_ids.stream(spec.name), {"trigger": "available-now"}),
+            (dag_ids.REPLAY, {"job": spec.name, "from": window_start.isoformat(), "to": window_end.isoformat(),
+                                   "mode": REPLACE, "table": WINDOW_TABLE})]
     for dag_id, conf in runs:
         run_id = api.trigger(dag_id, conf)
         say(f"triggered {dag_id} ({run_id}) through Airflow's REST API")

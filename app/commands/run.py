@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from spark_jobs.backfill_plan import DEFAULT_CHUNK
 from spark_jobs.runs import fail
 
 JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
@@ -49,14 +50,14 @@ def stream(
 
 def backfill(
     job: JobOpt,
-    frm: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
+    from_: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
     to: Annotated[str, typer.Option("--to", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
     topic: Annotated[Optional[str], typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
     table: Annotated[Optional[str], typer.Option(
         "--table", help="target table (default: the entry's; with --topic, JOB with - and . as _)")] = None,
     mode: Annotated[Optional[str], typer.Option(
         "--mode", help="append-new (keep existing rows) or replace (upsert); default: the entry's")] = None,
-    chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = 500_000,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = DEFAULT_CHUNK,
     pipeline: PipelineOpt = None,
     wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
@@ -66,7 +67,7 @@ def backfill(
     from streamfill.errors import StreamfillError
 
     try:
-        args = job_module.BackfillArgs.from_flags(job=job, topic=topic, frm=frm, to=to, table=table, mode=mode,
+        args = job_module.BackfillArgs.from_flags(job=job, topic=topic, from_=from_, to=to, table=table, mode=mode,
                                                   chunk_size=chunk_size, pipeline=pipeline,
                                                   wait_for_job=wait_for_job)
     except StreamfillError as exc:

@@ -160,4 +160,21 @@ class Broker:
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise self._fail(f"creating topic {topic!r}", exc, started) from None
+        self._wait_for_leaders(topic, started)
         return want
+
+    def _wait_for_leaders(self, topic: str, started: float) -> None:
+        """A new topic's partitions get their leaders a moment after the creation returns; until then a read of
+        its offsets fails with NOT_LEADER_FOR_PARTITION, so the caller gets the topic once every one has a leader."""
+        while True:
+            try:
+                parts = self._admin.list_topics(topic, timeout=self.timeout_s).topics[topic].partitions
+                if parts and all(p.leader >= 0 and p.error is None for p in parts.values()):
+                    return
+            except KafkaException as exc:
+                if time.monotonic() - started > self.timeout_s:
+                    raise self._fail(f"waiting for the leaders of topic {topic!r}", exc, started) from None
+            if time.monotonic() - started > self.timeout_s:
+                raise BrokerError(f"topic {topic!r} has partitions without a leader {self.timeout_s:.0f} s after it "
+                                  "was created; check the brokers' logs")
+            time.sleep(0.1)

@@ -1,4 +1,4 @@
-"""The data-loss rules (README, "Guarantees": data loss): what counts as lost, and whether to fail or record and go
+"""The data-loss rules (docs/guarantees.md, "Data loss"): what counts as lost, and whether to fail or record and go
 on."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """JSON values into typed columns inside the read, for the records whose typing is certain to be Spark's.
 
-Spark's `from_json` and casts cost about 3 µs of CPU a record (bench/parse_stages.py); msgspec and Arrow type
-the same record in the Python worker in well under one. The reader types a record only where the result cannot
+Spark's `from_json` and casts cost more CPU a record than msgspec and Arrow typing the same record in the Python
+worker (bench/parse_stages.py). The reader types a record only where the result cannot
 differ from Spark's parse (spark_jobs.pipelines.compile): a JSON object in strict JSON, valid UTF-8, each field
 of the JSON type its column expects (a string for text, a date and a time; an integer for int and bigint; a
 number for double and decimal; true or false for boolean) in a canonical form, and every rule the reader can

@@ -27,6 +27,7 @@ from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, S
 from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.names import validate_job_name
+from streamfill.options import boolean, job_generation
 from streamfill.partitions import TopicPartition
 
 # Spark manages these itself; so do we.
@@ -52,7 +53,7 @@ class SourceOptions:
     job: str | None = None  # records every planned range in offsets_db under this job name
     commit_to_group: str | None = None  # Kafka consumer group that mirrors the job's committed offsets
     offsets_db_url: str = ""  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL)
-    job_generation: int | None = None  # the launch's hold on the job (README, "One launch of a job at a time");
+    job_generation: int | None = None  # the launch's hold on the job (docs/guarantees.md);
     # None: the source takes it
     wait_for_job_ms: int = 0  # how long to wait for another launch holding the job (waitForJob)
     json_columns: JsonColumns | None = None  # jsonColumns: the value typed in the read where that is certain
@@ -97,9 +98,9 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_trigger_delay_ms=_duration_ms(opts.get("maxtriggerdelay", "15m")),
         min_partitions=_positive(opts, "minPartitions"),
         max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        include_headers=_bool(opts, "includeHeaders", False),
-        strict_offsets=_bool(opts, "strictOffsets", False),
+        fail_on_data_loss=boolean(opts, "failOnDataLoss", True),
+        include_headers=boolean(opts, "includeHeaders"),
+        strict_offsets=boolean(opts, "strictOffsets"),
         poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
         job=_job(opts),
         commit_to_group=_commit_to_group(opts),
@@ -113,12 +114,8 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
 def _bounded_generation(opts: dict[str, str], streaming: bool) -> int | None:
     """A stream's source takes its job itself for the query's life; a bounded read cannot hold it until the
     write commits, so its launch takes it first and passes the generation."""
-    generation = _needs_job(opts, "jobGeneration", _positive(opts, "jobGeneration"))
-    if generation is None and "job" in opts and not streaming:
-        raise OptionError("jobGeneration", None, "is needed by a bounded read with a job (its write commits the "
-                          "plan, in another process)", "Take the job first and pass its generation to the read "
-                          "and the write (connectors.spark.hold_job), or run it as `streamfill backfill`")
-    return generation
+    why = "a bounded read with a job (its write commits the plan, in another process)"
+    return job_generation(opts, opts.get("job"), why if "job" in opts and not streaming else None)
 
 
 def _needs_job(opts: dict[str, str], name: str, value):
@@ -233,15 +230,6 @@ def _nonneg_int(raw: object, name: str, unit: str) -> int:
     if value < 0:
         raise OptionError(name, raw, "must not be negative", f"Give {unit}")
     return value
-
-
-def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    raise OptionError(name, raw, "is not a boolean", "Use true or false")
 
 
 def _duration_ms(raw: str) -> int:

@@ -38,15 +38,12 @@ ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE
 
 BATCH_SIZE = 20_000
 # librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local queue holds
-# queued.min.messages (100,000): with the demo's 174-byte events that halved a partition's read (153 k records/s
-# against 320 k at 10 ms), and it is what made large fetches look faster. With 10 ms, 1 to 16 MiB per partition
-# read one 450,000-record range alike, a small range reads fastest with little over-fetch (librdkafka fetches and
-# decompresses past the range's end: 25,000 records in 67 ms at 2 MiB, 138 ms at 16 MiB), and one consumer of
-# four partitions read 929,730 records/s at 2 MiB against 760,289 at 16 MiB (bench/read_throughput.py).
+# queued.min.messages (100,000): that slowed a partition's read, and it is what made large fetches look faster.
+# With 10 ms, a small fetch per partition reads as fast as a large one and fetches least past the range's end,
+# which librdkafka also decompresses (bench/read_throughput.py).
 # A range that ends at the log's end leaves a fetch at that end in flight, which the broker holds for
 # fetch.wait.max.ms (500 ms by default) when no record comes, and librdkafka sends the next task's first fetch
-# only after it: the reused consumer's next range waited 270 to 480 ms for its first records, about half of a
-# 500,000-record task. At 50 ms a read of 2,000,000 records in 4 tasks on 2 cores took 1.39 s instead of 1.78.
+# only after it: a short fetch.wait.max.ms keeps the next range from waiting for its first records.
 # kafka.* options override these.
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
                   "fetch.queue.backoff.ms": "10", "fetch.wait.max.ms": "50"}
@@ -137,8 +134,7 @@ def _collector_paused() -> Iterator[None]:
 
     A batch allocates tens of thousands of tracked Message objects, all freed by reference count when it is
     converted. Left on, the collector scans them, and the Spark worker's whole heap in its full collections,
-    over and over: that cost more than reading (one 500,000-record range in one process: 0.45 M records/s with
-    it on, 1.05 to 1.1 M with it paused, what a bare consumer read of the same range).
+    over and over: that cost more than reading.
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -1,6 +1,6 @@
 """Inside the commit's transaction: a batch's staged rows into the target, by INSERT, as any writer of the table.
 
-The target is the user's table (the contract is in the README, "The table is yours"). So the rows arrive the way
+The target is the user's table (the contract is in docs/guarantees.md, "The table is yours"). So the rows arrive the way
 any application's rows would: an INSERT takes ROW EXCLUSIVE, which no reader conflicts with, and it fires the
 table's triggers, feeds its publications and maintains its indexes. Nothing is copied outside the transaction
 that moves it, so a user's DELETE or UPDATE, or another job's rows, can never be lost or reverted.
@@ -26,6 +26,7 @@ import psycopg2
 from psycopg2 import sql
 
 from connectors.postgres.copy import WRITE_ID
+from connectors.postgres.sink_options import REPLACE
 from connectors.postgres.stage import Stage
 from connectors.postgres.target import Target, normal_type
 from offsets_db.locks import table_holders, wait_for_lock
@@ -108,7 +109,7 @@ class _Statements:
         key = sql.SQL(", ").join(map(sql.Identifier, target.key))
         others = [c for c in target.names if c not in target.key]
         self._distinct, self._order = sql.SQL(""), sql.SQL("")
-        if mode == "replace" and others:
+        if mode == REPLACE and others:
             action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
                 sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others))
             if version:

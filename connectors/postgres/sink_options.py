@@ -10,12 +10,18 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
+from streamfill.options import boolean, job_generation
 from streamfill.partitions import Positions, from_json_shape
 
-MODES = ("append-new", "replace")
+# the sink's modes, the default first: append-new keeps the row whose key exists, replace upserts; the jobs file,
+# the backfill's --mode, the replay form and the CLI take these
+SinkMode = Literal["append-new", "replace"]
+MODES: tuple[str, ...] = get_args(SinkMode)
+APPEND_NEW, REPLACE = MODES
 KAFKA_COORDINATES = ("topic", "partition", "offset")
 DEFAULT_KEY = KAFKA_COORDINATES
 # with dead letters on, these columns are staged but never reach the target: a non-null _error makes the row
@@ -64,7 +70,7 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
     job = opts.get("job")
     if job is not None:
         validate_job_name(job)
-    dead_letters = _bool(opts, "deadLetters")
+    dead_letters = boolean(opts, "deadLetters")
     if dead_letters:
         missing = [n for n in (*(n for n, _ in DEAD_LETTER_COLUMNS), *KAFKA_COORDINATES) if n not in columns]
         if job is None or missing:
@@ -73,23 +79,20 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
                               f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
     written = [c for c in columns if not (dead_letters and c in dict(DEAD_LETTER_COLUMNS))]
     key = parse_key(opts.get("keycolumns"), written)
-    version = version_order(written) if mode == "replace" else ()
-    if mode == "replace" and job is not None and not version:
+    version = version_order(written) if mode == REPLACE else ()
+    if mode == REPLACE and job is not None and not version:
         raise OptionError("mode", "replace", "needs Kafka's timestamp, topic, partition and offset columns in the "
                           "DataFrame to tell which version of a key is the newest (the later Kafka timestamp wins, "
                           "then the higher topic, partition and offset)",
                           "Keep the columns kafka_timestamp (or timestamp), topic, partition and offset")
-    generation = _generation(opts, job)
-    if job is not None and generation is None and not streaming and writing:
-        raise OptionError("jobGeneration", None, "is needed by a bounded write with a job: without it the commit "
-                          "could not tell this write's batch from another launch's", "Take the job first and pass "
-                          "its generation to the read and the write (connectors.spark.hold_job), or run it as "
-                          "`streamfill backfill`")
+    bounded = job is not None and not streaming and writing
+    why = "a bounded write with a job: without it the commit could not tell this write's batch from another launch's"
+    generation = job_generation(opts, job, why if bounded else None)
     if job is None and streaming:
         raise OptionError("job", None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
                           "with the job's offsets)", "Give the source and the sink the same .option('job', NAME)")
     return SinkOptions(schema=schema, table=table, mode=mode, key=key, version=version, job=job,
-                       dead_letters=dead_letters, evolve=_bool(opts, "evolveSchema"),
+                       dead_letters=dead_letters, evolve=boolean(opts, "evolveSchema"),
                        column_types=_column_types(opts.get("columntypes"), written), generation=generation,
                        ends=_ending_offsets(opts, job, streaming), url=opts.get("url") or None)
 
@@ -118,16 +121,6 @@ def parse_key(raw: str | None, columns: Sequence[str]) -> tuple[str, ...]:
 def version_order(columns: Sequence[str]) -> tuple[str, ...]:
     """The first of VERSION_ORDERS whose columns the rows all have; () when they have none of them."""
     return next((order for order in VERSION_ORDERS if set(order) <= set(columns)), ())
-
-
-def _generation(opts: dict, job: str | None) -> int | None:
-    raw = opts.get("jobgeneration")
-    if raw is None:
-        return None
-    if job is None or not raw.isdigit() or int(raw) < 1:
-        raise OptionError("jobGeneration", raw, "must be a positive whole number, with the job option",
-                          "Leave it out (the source holds the job), or pass the generation of the launch's lease")
-    return int(raw)
 
 
 def _ending_offsets(opts: dict, job: str | None, streaming: bool) -> Positions | None:
@@ -171,10 +164,3 @@ def _column_types(raw: str | None, names: Sequence[str]) -> dict[str, str]:
                               "Use text, integer, bigint, double precision, numeric(p,s), boolean, date, timestamptz, "
                               "jsonb or bytea")
     return parsed
-
-
-def _bool(opts: dict, name: str) -> bool:
-    raw = str(opts.get(name.lower(), "false")).lower()
-    if raw not in ("true", "false"):
-        raise OptionError(name, opts[name.lower()], "is not a boolean", "Use true or false")
-    return raw == "true"

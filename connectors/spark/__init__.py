@@ -25,7 +25,7 @@ def register(spark: SparkSession) -> None:
 
 @contextmanager
 def hold_job(job: str, url: str | None = None, *, kind: str = "backfill", wait: float = 0) -> Iterator[int]:
-    """Take `job` for this launch (README, "One launch of a job at a time") and give its generation, for the
+    """Take `job` for this launch (docs/guarantees.md, "One launch of a job at a time") and give its generation, for the
     `jobGeneration` option of a
     bounded read and write of your own; the job is free again when the block ends.
 

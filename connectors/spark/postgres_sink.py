@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from connectors.postgres import copy, kept, move, sink_options, stage, target
-from connectors.postgres.sink_options import SinkOptions
+from connectors.postgres.sink_options import REPLACE, SinkOptions
 from connectors.postgres.stage import Stage
 from connectors.postgres.target import Column, Target
 from connectors.spark import worker_gc
@@ -136,19 +136,19 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         if opts.job is not None:
             _require_offsets_db(conn, url)
             _require_grants(conn, opts)
-        tgt = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve)
-        stg = stage.stage_for(tgt, owner, opts.dead_letters)
+        target_table = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve)
+        stage_table = stage.stage_for(target_table, owner, opts.dead_letters)
         if stage_it:
-            stage.create(conn, stg, tgt, stage.WRITE if own_stage else stage.STREAM, PgSettings().stage_orphan_after_s,
-                         opts.job, opts.generation)
+            stage.create(conn, stage_table, target_table, stage.WRITE if own_stage else stage.STREAM,
+                         PgSettings().stage_orphan_after_s, opts.job, opts.generation)
     finally:
         kept.release(conn)
     ranged = opts.job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
-    return SinkPlan(url, opts, tgt, stg, own_stage=own_stage, ranged=ranged)
+    return SinkPlan(url, opts, target_table, stage_table, own_stage=own_stage, ranged=ranged)
 
 
 def _require_grants(conn, opts) -> None:
-    """A job's role may write offsets_db and its table (README, "Run it on your infrastructure"): a missing
+    """A job's role may write offsets_db and its table (docs/infrastructure.md): a missing
     grant fails the launch here, before anything is recorded, naming the privilege and the GRANT."""
     from offsets_db import grants
 
@@ -159,7 +159,7 @@ def _require_grants(conn, opts) -> None:
         schema = target.schema_or_current(cur, opts.schema)
         exists = bool(target.existing_columns(cur, schema, opts.table))
         grants.check_target(cur, schema, opts.table, exists,
-                            ("SELECT", "INSERT", "UPDATE") if opts.mode == "replace" else ("SELECT", "INSERT"))
+                            ("SELECT", "INSERT", "UPDATE") if opts.mode == REPLACE else ("SELECT", "INSERT"))
 
 
 def _require_offsets_db(conn, url: str) -> None:
@@ -181,7 +181,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
     seen = {"rows": 0, "dead": 0}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     dead: list[pa.RecordBatch] = []
-    stg = plan.stage
+    stage_table = plan.stage
 
     def valid() -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -190,7 +190,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
             seen["rows"] += batch.num_rows
             if plan.ranged:
                 _widen(offsets, batch)
-            if not stg.dead_letters:
+            if not stage_table.dead_letters:
                 yield batch
                 continue
             bad = pc.is_valid(batch.column("_error"))
@@ -211,12 +211,12 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                 if sum(d.nbytes for d in dead) > DEAD_LETTERS_IN_MEMORY:
                     spill = spill or plan.connect()
                     with spill.cursor() as cur:
-                        _copy(cur, stg.dead_ident, stg.dead_names, iter(dead), write_id)
+                        _copy(cur, stage_table.dead_ident, stage_table.dead_names, iter(dead), write_id)
                     dead.clear()
 
         with conn.cursor() as cur:
-            _copy(cur, stg.ident, stg.names, valid_spilling(), write_id)
-            _copy(cur, stg.dead_ident, stg.dead_names, iter(dead), write_id)
+            _copy(cur, stage_table.ident, stage_table.names, valid_spilling(), write_id)
+            _copy(cur, stage_table.dead_ident, stage_table.dead_names, iter(dead), write_id)
         if spill is not None:
             spill.commit()
         conn.commit()

@@ -47,7 +47,7 @@ def mirror_to_group(config: Mapping, positions: Positions) -> None:
 class JobTracker:
     """Driver-side only; built lazily so the reader pickles without a database connection.
 
-    Plans carry the launch's hold on the job (README, "One launch of a job at a time"): the `jobGeneration` option
+    Plans carry the launch's hold on the job (docs/guarantees.md): the `jobGeneration` option
     when a streamfill job
     took the job before starting the query, otherwise the tracker takes it itself on first use and keeps it
     while its process lives (for a stream, the query's life)."""

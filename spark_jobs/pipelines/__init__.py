@@ -1,4 +1,4 @@
-"""Pipelines: one YAML entry per topic (README, "Your own pipeline") becomes typed rows and dead letters
+"""Pipelines: one YAML entry per topic (docs/pipelines.md) becomes typed rows and dead letters
 (`compile`), a table,
 and quality checks from the same rules (`expectations`). `load` reads every entry of the jobs file."""
 

@@ -28,6 +28,8 @@ from streamfill.errors import OptionError
 
 CORRUPT = "_corrupt"
 STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
+JSON_TEXT = "_json"  # the value's top-level fields as text (from_json), CORRUPT set when it is not JSON
+JSON_EXACT = "_json_exact"  # the top-level fields json columns read, as variants: their exact JSON
 
 
 def _coordinates() -> list[SparkColumn]:
@@ -53,7 +55,7 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
 
 def reader_options(spec: PipelineSpec) -> dict[str, str]:
     """The `streamfill_kafka` options that have the read type the entry's JSON values itself where the result is
-    certain to be Spark's (connectors.kafka.json_values, about 4 times less CPU than from_json and the casts);
+    certain to be Spark's (connectors.kafka.json_values, less CPU than from_json and the casts);
     none for an entry it cannot type (Avro or raw values, nested types, paths into the value, a json column, an
     `in` list of numbers other than whole ones). `parse` gives the same rows and dead letters either way."""
     columns = _json_columns(spec)
@@ -197,13 +199,13 @@ def _projections(spec: PipelineSpec, typed_by_reader: bool = False) -> _Projecti
     original = F.col("_original") if spec.format == "avro" else F.col("value")  # what a dead letter keeps
     json_fields = sorted({(c.field or n).split(".")[0] for n, c in spec.columns.items()
                           if c.column_type.name == "json"})
-    exact = [F.from_json(text, "struct<" + ", ".join(f"`{f}`: variant" for f in json_fields) + ">").alias("jv")] \
+    exact = [F.from_json(text, "struct<" + ", ".join(f"`{f}`: variant" for f in json_fields) + ">").alias(JSON_EXACT)] \
         if json_fields else []
     parsed = F.col(PARSED)
     json = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     # a record the read typed skips from_json, its casts and its checks (CASE evaluates the branch it takes)
     base = (*_coordinates(), F.col("value").alias("_value"), original.alias("_original"),
-            (F.when(~parsed, json) if typed_by_reader else json).alias("j"),
+            (F.when(~parsed, json) if typed_by_reader else json).alias(JSON_TEXT),
             *exact, *([F.col("_avro_error")] if spec.format == "avro" else []),
             *([parsed, *(F.col(PREFIX + name) for name in spec.columns)] if typed_by_reader else []))
 
@@ -239,7 +241,7 @@ def _raw_field(path: str) -> SparkColumn:
     """The field's JSON text: top-level fields come from from_json as text (objects and arrays as their JSON);
     a path such as customer.id goes into that text."""
     first, _, rest = path.partition(".")
-    top = F.col("j").getField(first)
+    top = F.col(JSON_TEXT).getField(first)
     return F.get_json_object(top, f"$.{rest}") if rest else top
 
 
@@ -249,7 +251,7 @@ def _typed(raw: SparkColumn, c: Column, path: str) -> SparkColumn:
         return raw
     if t.name == "json":  # the exact JSON of the field (from_json's text form drops a string's quotes)
         first, _, rest = path.partition(".")
-        exact = F.col("jv").getField(first)
+        exact = F.col(JSON_EXACT).getField(first)
         if rest:
             exact = F.try_variant_get(exact, f"$.{rest}", "variant")
         return F.when(exact.isNotNull() & ~F.is_variant_null(exact), F.to_json(exact))
@@ -276,7 +278,7 @@ def _first_error(spec: PipelineSpec) -> SparkColumn:
     if spec.format == "avro":
         checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
     checks.append((~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")))
-    checks.append((F.col("j").isNull() | F.col(f"j.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
+    checks.append((F.col(JSON_TEXT).isNull() | F.col(f"{JSON_TEXT}.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
     keys = set(spec.key)
     for name, c in spec.columns.items():
         raw, v = F.col(f"_c_{name}.raw"), F.col(f"_c_{name}.v")

@@ -74,7 +74,7 @@ def _describe(error: dict) -> str:
         hint = f": did you mean {close[0]!r}?" if close else "."
         return f"{where}\n  is not a setting here{hint} The settings are: {', '.join(known)}"
     if error["type"] == "missing":
-        return f"{where}\n  is required: add `{error['loc'][-1]}:` to the entry (the README's \"Your own pipeline\" lists every setting)"
+        return f"{where}\n  is required: add `{error['loc'][-1]}:` to the entry (docs/pipelines.md lists every setting)"
     shown = error.get("input")
     value = "" if isinstance(shown, dict) else f" = {shown!r}"
     return f"{where}{value}: {message}"

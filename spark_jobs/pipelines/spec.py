@@ -1,4 +1,4 @@
-"""One pipeline entry (README, "Your own pipeline"): a topic, how its values are read, typed columns with rules,
+"""One pipeline entry (docs/pipelines.md): a topic, how its values are read, typed columns with rules,
 the target
 table, and the schedules of its DAGs. Validated by pydantic when the jobs file is loaded; every error names the
 field, the value and the fix (the loader adds the file and the job).
@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
+from connectors.postgres.sink_options import APPEND_NEW, SinkMode
 from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
 from streamfill.names import parse_table, validate_job_name
@@ -170,7 +171,7 @@ class PipelineSpec(BaseModel):
     derived: dict[str, str] = Field(default_factory=dict)
     table: str = Field(min_length=1)
     key: list[str] = Field(default_factory=lambda: ["topic", "partition", "offset"], min_length=1)
-    mode: Literal["append-new", "replace"] = "append-new"
+    mode: SinkMode = APPEND_NEW
     dead_letters: bool = True
     quality: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
     trigger: str = "10s"

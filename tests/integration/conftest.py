@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +55,23 @@ def private_kafka(stack_settings):
     yield kafka
     kafka.stop()
     shutil.rmtree(settings.home, ignore_errors=True)
+
+
+@pytest.fixture
+def screenshot(browser, tmp_path):
+    """screenshot(name): the browser's window as <name>.png in the test's directory and, when STREAMFILL_SCREENSHOTS
+    names a directory (`make screenshots` gives docs/images), there too: the documentation's pictures are these."""
+    into = os.environ.get("STREAMFILL_SCREENSHOTS")
+
+    def take(name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        browser.save_screenshot(str(path))
+        if into:
+            Path(into).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, Path(into) / path.name)
+        return path
+
+    return take
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import text
 
 from app.stack.airflow import airflow_bin, airflow_env, reserialize
+from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi, AirflowError
 from spark_jobs.demo import events
 from spark_jobs.demo.produce import ensure_topic
@@ -103,7 +104,7 @@ def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["errors"] == {} and out["tags"] == ["streamfill"]
-    assert out["tasks"]["streamfill_replay"] == 3 and out["tasks"]["streamfill_interval__orders"] == 3
+    assert out["tasks"][dag_ids.REPLAY] == 3 and out["tasks"][dag_ids.interval("orders")] == 3
     assert out["dags"] == ["streamfill_announce__orders", "streamfill_demo_revenue", "streamfill_interval__orders",
                            "streamfill_quality__orders", "streamfill_replay", "streamfill_stream__orders",
                            "streamfill_stream_health__orders"]
@@ -125,7 +126,7 @@ def test_an_interval_run_reads_exactly_its_window_checks_it_and_says_so_as_an_as
     sent = timed_events(bootstrap, topic_name, stamps)
     # a manual run at L covers the last whole interval before L: [start, start + 1 h)
     run_at = (start + timedelta(hours=1)).isoformat()
-    dag = f"streamfill_interval__{topic_name}"
+    dag = dag_ids.interval(topic_name)
     with receiver() as lineage:
         done = airflow(stack_settings, "dags", "test", dag, run_at, jobs=jobs_file, env_extra=lineage.env)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -185,7 +186,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     table = f"{topic_name}_replayed"
     conf = json.dumps({"job": topic_name, "from": '{"0": 100}', "to": "latest", "mode": "append-new",
                        "table": table, "chunk_size": 400})
-    done = airflow(stack_settings, "dags", "test", "streamfill_replay", "-c", conf, jobs=jobs_file)
+    done = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c", conf, jobs=jobs_file)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     consumed = {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic_name, 2)
                 if m.partition() == 1 or m.offset() >= 100}
@@ -197,7 +198,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
                      "WHERE j.name LIKE :j", j=f"{topic_name}.replay.%") == [(True,)]
 
     # a from after to is refused by the validation task, before Spark
-    bad = airflow(stack_settings, "dags", "test", "streamfill_replay", "-c",
+    bad = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c",
                   json.dumps({"job": topic_name, "from": '{"0": 300}', "to": '{"0": 200}'}), jobs=jobs_file)
     assert bad.returncode != 0 and "start offset 300 > end offset 200" in bad.stdout + bad.stderr, \
         (bad.stdout + bad.stderr)[-8000:]
@@ -208,7 +209,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
                                  "available-now", None, pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
                stack_settings.offsets_db_url,
                threading.Event())
-    ok = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
+    ok = airflow(stack_settings, "dags", "test", dag_ids.quality(topic_name), jobs=jobs_file)
     assert ok.returncode == 0, ok.stdout[-4000:]
     events_table = f"{topic_name}_events"
     with db.begin() as conn:
@@ -220,7 +221,7 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
         assert conn.execute(text(f'INSERT INTO "{events_table}" SELECT topic, partition, "offset" + 1000000, '
                                  f'kafka_timestamp, event_id, user_id, event_type, amount, currency, event_time '
                                  f'FROM "{events_table}" WHERE (partition, "offset") = {last_row}')).rowcount == 1
-    failed = airflow(stack_settings, "dags", "test", f"streamfill_quality__{topic_name}", jobs=jobs_file)
+    failed = airflow(stack_settings, "dags", "test", dag_ids.quality(topic_name), jobs=jobs_file)
     assert failed.returncode != 0
     log = failed.stdout + failed.stderr
     assert "FAIL expect_column_values_to_be_unique(column=event_id" in log, log[-6000:]
@@ -253,21 +254,21 @@ def test_a_replay_triggered_through_the_rest_api_lands_its_rows(api, bootstrap, 
     table = f"{topic_name}_rest"
     conf = {"job": "orders", "from": json.dumps({str(p): o for p, o in before.items()}),
             "to": json.dumps({str(p): o for p, o in after.items()}), "mode": "append-new", "table": table}
-    run_id = api.trigger("streamfill_replay", conf)
-    assert api.wait("streamfill_replay", run_id) == "success"
+    run_id = api.trigger(dag_ids.REPLAY, conf)
+    assert api.wait(dag_ids.REPLAY, run_id) == "success"
     assert query(db, f'SELECT count(*) FROM "{table}"') == [(done.valid,)]
     # a bad conf is refused by the Params schema with the parameter named
     with pytest.raises(AirflowError, match=r"HTTP 400 .*mode"):
-        api.trigger("streamfill_replay", {**conf, "mode": "upsert"})
+        api.trigger(dag_ids.REPLAY, {**conf, "mode": "upsert"})
     # a key that is no field of the form (Airflow accepts any) fails the run's first task, before Spark
     typo = {k: v for k, v in conf.items() if k != "from"} | {"form": conf["from"], "table": f"{table}_typo"}
-    run_id = api.trigger("streamfill_replay", typo)
-    assert api.wait("streamfill_replay", run_id) == "failed"
+    run_id = api.trigger(dag_ids.REPLAY, typo)
+    assert api.wait(dag_ids.REPLAY, run_id) == "failed"
     run = urllib.parse.quote(run_id)
     states = {t["task_id"]: t["state"] for t in api.call(
-        "GET", f"/api/v2/dags/streamfill_replay/dagRuns/{run}/taskInstances")["task_instances"]}
+        "GET", f"/api/v2/dags/{dag_ids.REPLAY}/dagRuns/{run}/taskInstances")["task_instances"]}
     assert states == {"validate_replay": "failed", "run_replay": "upstream_failed", "quality": "upstream_failed"}
-    log = json.dumps(api.call("GET", f"/api/v2/dags/streamfill_replay/dagRuns/{run}/taskInstances/validate_replay/"
+    log = json.dumps(api.call("GET", f"/api/v2/dags/{dag_ids.REPLAY}/dagRuns/{run}/taskInstances/validate_replay/"
                                      "logs/1?full_content=true"))
     assert "is not a field of streamfill_replay's form" in log and "did you mean 'from'?" in log, log[-3000:]
     assert query(db, "SELECT to_regclass(:t) IS NULL", t=f"{table}_typo") == [(True,)]
@@ -304,7 +305,7 @@ def dropped_job(stack_settings, topic_name):
 
 def test_airflow_backfill_reprocesses_exactly_its_windows_and_again_changes_nothing(api, stack_settings, bootstrap,
                                                                                      db, dropped_job):
-    topic, dag = dropped_job, f"streamfill_interval__{dropped_job}"
+    topic, dag = dropped_job, dag_ids.interval(dropped_job)
     first = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=10)
     ms, hour = int(first.timestamp() * 1000), 3_600_000  # records from first - 1 h to first + 4 h
     # timestamps in order, from an hour before the first window to well after the second
@@ -371,7 +372,7 @@ def test_the_stream_task_killed_like_airflow_kills_it_leaves_no_spark_job_and_th
     ensure_topic(bootstrap, "orders", 4)
     produce(bootstrap, "orders", 300_000, bad_ratio=0.01, seed=int(time.time()))
     end = end_offsets(bootstrap, "orders")
-    dag = "streamfill_stream__orders"
+    dag = dag_ids.stream("orders")
     before = query(db, "SELECT coalesce(max(b.id), 0) FROM batches b JOIN jobs j ON j.id = b.job_id "
                        "WHERE j.name = 'orders'")[0][0]
     run_id = api.trigger(dag, {"trigger": "available-now"})
@@ -455,21 +456,21 @@ def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_r
     records[5] = {"sensor": "x5", "reading": 1.0, "place": {"site": "n", "floor": 1}}  # breaks the pattern
     produce_records(bootstrap, topic, [{"value": json.dumps(r).encode(), "partition": i % 2}
                                        for i, r in enumerate(records)])
-    for dag in (f"streamfill_stream__{topic}", f"streamfill_interval__{topic}", f"streamfill_quality__{topic}"):
+    for dag in (dag_ids.stream(topic), dag_ids.interval(topic), dag_ids.quality(topic)):
         assert api.call("GET", f"/api/v2/dags/{dag}")["dag_id"] == dag
     replay_form_offers(api, stack_settings, topic)
     table = f"{topic}_replayed"
     conf = {"job": topic, "from": "earliest", "to": "latest", "mode": "append-new", "table": table}
-    run_id = api.trigger("streamfill_replay", conf)
-    assert api.wait("streamfill_replay", run_id, timeout=900) == "success"
+    run_id = api.trigger(dag_ids.REPLAY, conf)
+    assert api.wait(dag_ids.REPLAY, run_id, timeout=900) == "success"
     assert query(db, f'SELECT count(*), count(place) FROM "{table}"') == [(39, 39)]
     replay_job = query(db, "SELECT name FROM jobs WHERE name LIKE :j", j=f"{topic}.replay.%")[0][0]
     assert query(db, "SELECT error FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
                  j=replay_job) == [("sensor does not match pattern ^s[0-9]+$: x5",)]
     with db.begin() as conn:  # a rule broken on purpose: the same replay's suite must now fail, and say so
         conn.execute(text(f'UPDATE "{table}" SET reading = 999 WHERE sensor = \'s7\''))
-    again = api.trigger("streamfill_replay", conf)
-    assert api.wait("streamfill_replay", again, timeout=900) == "failed"
+    again = api.trigger(dag_ids.REPLAY, conf)
+    assert api.wait(dag_ids.REPLAY, again, timeout=900) == "failed"
     stored = query(db, "SELECT success, result FROM quality_results q JOIN jobs j ON j.id = q.job_id "
                        "WHERE j.name = :j ORDER BY q.id", j=replay_job)
     assert [s for s, _ in stored] == [True, False]

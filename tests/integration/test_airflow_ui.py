@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.stack.airflow import admin_password
+from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
 from tests.airflow_helpers import replay_form_offers
@@ -20,8 +21,8 @@ from tests.ui_helpers import log_in, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 
-def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(browser, stack_settings, bootstrap,
-                                                                         db, topic_name):
+def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(browser, screenshot, stack_settings,
+                                                                         bootstrap, db, topic_name):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -36,7 +37,7 @@ def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(brows
 
     log_in(browser, base, admin_password(stack_settings))
 
-    browser.get(base + "/dags/streamfill_replay")
+    browser.get(f"{base}/dags/{dag_ids.REPLAY}")
     wait_for(lambda: [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"],
              what="the Trigger button")[0].click()
 
@@ -48,20 +49,22 @@ def test_a_user_triggers_a_replay_from_the_params_form_and_sees_it_succeed(brows
         box = field(name)
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(value)
+    screenshot("airflow-replay-form")
     buttons = [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger"]
     buttons[-1].click()  # the dialog's own Trigger, below the form
 
     def triggered():  # the run this form made: its conf names the test's table (other runs may be queued)
-        runs = api.call("GET", "/api/v2/dags/streamfill_replay/dagRuns?order_by=-run_after&limit=20")["dag_runs"]
+        runs = api.call("GET", f"/api/v2/dags/{dag_ids.REPLAY}/dagRuns?order_by=-run_after&limit=20")["dag_runs"]
         return next((r for r in runs if (r.get("conf") or {}).get("table") == table), None)
 
     run_id = wait_for(triggered, what=f"the new run with table {table}")
     assert run_id["conf"]["from"] == json.dumps({str(p): o for p, o in before.items()}), run_id["conf"]
-    assert api.wait("streamfill_replay", run_id["dag_run_id"], timeout=900) == "success"
+    assert api.wait(dag_ids.REPLAY, run_id["dag_run_id"], timeout=900) == "success"
 
     # and the UI shows it: the run's page lists it as success
-    browser.get(f"{base}/dags/streamfill_replay/runs/{run_id['dag_run_id']}")
+    browser.get(f"{base}/dags/{dag_ids.REPLAY}/runs/{run_id['dag_run_id']}")
     wait_for(lambda: "success" in browser.page_source.lower(), what="the run's success state")
+    screenshot("airflow-replay-run")
     with db.connect() as conn:
         rows = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
     assert rows == sum(after.values()) - sum(before.values())

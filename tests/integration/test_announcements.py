@@ -19,6 +19,7 @@ from offsets_db import announcements
 from offsets_db.announce_plan import cover_problems, from_extra
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
+from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi
 from streamfill import REPO_ROOT
 from streamfill.datasets import PgTable
@@ -53,7 +54,7 @@ def test_an_announcer_killed_before_and_after_it_posts_announces_every_commit_on
     uri = PgTable.of(stack_settings.offsets_db_url, f"{topic_name}_events").asset_uri
     dag_file = REPO_ROOT / "dags" / f"{topic_name}_asset.py"  # declares the asset, paused: no watcher of its own
     dag_file.write_text("from airflow.sdk import DAG, Asset\n"
-                        f"with DAG('streamfill_announce__{job}', schedule=[Asset(name={uri!r}, uri={uri!r})], "
+                        f"with DAG({dag_ids.announce(job)!r}, schedule=[Asset(name={uri!r}, uri={uri!r})], "
                         "is_paused_upon_creation=True):\n    pass\n")
     api = AirflowApi(stack_settings)
     try:
@@ -89,7 +90,7 @@ def test_an_announcer_killed_before_and_after_it_posts_announces_every_commit_on
     finally:
         dag_file.unlink(missing_ok=True)
         try:
-            api.call("DELETE", f"/api/v2/dags/streamfill_announce__{job}")
+            api.call("DELETE", f"/api/v2/dags/{dag_ids.announce(job)}")
         except urllib.error.HTTPError:
             pass
 
@@ -160,7 +161,7 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
     downstream.write_text(_downstream_dag(name, uri))
     api = AirflowApi(stack_settings)
     store = OffsetStore(url)
-    stream_dag = f"streamfill_stream__{name}"
+    stream_dag = dag_ids.stream(name)
     try:
         entry = f"""\
         jobs:

@@ -1,6 +1,6 @@
 """streamfill installed as a wheel into an Airflow it did not create, as a team would do it: the wheel installed
 with `pip install --no-deps` into a venv that already has Airflow and the third-party packages, the short DAG file
-(dags/streamfill_dags.py, as the README shows it) in that Airflow's DAG folder, the jobs file somewhere else named
+(dags/streamfill_dags.py, docs/infrastructure.md) in that Airflow's DAG folder, the jobs file somewhere else named
 by the Airflow Variable streamfill_jobs_file, the connections from the environment (AIRFLOW_CONN_*), a metadata
 database, AIRFLOW_HOME, ports and processes of its own, and Airflow's FAB auth manager with two users whose roles
 read the DAGs of different entries. One cold start of that Airflow serves every test here (tests/existing_airflow.py
@@ -219,7 +219,7 @@ def test_the_page_shows_each_user_only_the_jobs_of_the_dags_their_role_reads(the
     tokens = {user: their.api(user).token for user in ("admin", "alice", "bob")}
     base = f"{their.airflow.url}/streamfill"
     listed = {user: json.loads(get(f"{base}/api/jobs?limit=100000", token)[1]) for user, token in tokens.items()}
-    names = {user: {j["name"] for j in page["jobs"]} for user, page in listed.items()}
+    names = {user: {job["name"] for job in page["jobs"]} for user, page in listed.items()}
     replay_job = next(n for n in names["admin"] if n.startswith(f"{alice}.replay."))
     own = {"alice": (replay_job, alice), "bob": (bob, bob)}
     assert names["alice"] == {replay_job} and listed["alice"]["total"] == 1

@@ -1,4 +1,4 @@
-"""Faults on purpose (README, "One launch of a job at a time", issue "Faults and fencing"): concurrent launches of
+"""Faults on purpose (docs/guarantees.md, issue "Faults and fencing"): concurrent launches of
 one job, PostgreSQL crashed
 between the tasks' COPY and the commit, a topic deleted and recreated, poison records. Every test ends with the
 same check a user would make: per partition, rows + dead letters = offsets consumed, and nothing twice.
@@ -235,18 +235,19 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
         # while another commit of the job runs (holding its commit lock), this one waits, then commits
         engine = create_engine(url)
         other = engine.connect()
-        jid = other.execute(text("SELECT id FROM jobs WHERE name = :j"), {"j": job}).scalar_one()
-        other.execute(text("SELECT pg_advisory_lock(:space, :jid)"), {"space": COMMIT_LOCK_SPACE, "jid": jid})
+        job_id = other.execute(text("SELECT id FROM jobs WHERE name = :j"), {"j": job}).scalar_one()
+        other.execute(text("SELECT pg_advisory_lock(:space, :job_id)"), {"space": COMMIT_LOCK_SPACE, "job_id": job_id})
         waiting = threading.Thread(target=postgres_sink._commit, args=(both, staged, None))
         waiting.start()
         deadline = time.monotonic() + 120
         while not other.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                                     "AND classid = :space AND objid = :jid"),
-                                {"space": COMMIT_LOCK_SPACE, "jid": jid}).scalar():
+                                     "AND classid = :space AND objid = :job_id"),
+                                {"space": COMMIT_LOCK_SPACE, "job_id": job_id}).scalar():
             assert waiting.is_alive() and time.monotonic() < deadline, "the commit did not wait for the other one"
             time.sleep(0.05)
         assert store.snapshot(job) == {(topic, 0): 200, (topic, 1): 80}
-        other.execute(text("SELECT pg_advisory_unlock(:space, :jid)"), {"space": COMMIT_LOCK_SPACE, "jid": jid})
+        other.execute(text("SELECT pg_advisory_unlock(:space, :job_id)"),
+                      {"space": COMMIT_LOCK_SPACE, "job_id": job_id})
         other.close()
         engine.dispose()
         waiting.join(timeout=120)

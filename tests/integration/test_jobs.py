@@ -302,17 +302,17 @@ def test_quality_checks_a_table_in_a_schema_of_its_own(spark, stack_settings, bo
     assert [line for line in outcome.lines if line.startswith("FAIL rows landed + dead letters")], outcome.lines
 
 
-@pytest.mark.parametrize("frm, to, topic_suffix, message", [
+@pytest.mark.parametrize("from_, to, topic_suffix, message", [
     ('{"0": 4}', '{"0": 2}', "", "start offset 4 > end offset 2; choose a --to at or after --from"),
     ('{"2": 0}', "latest", "", "names partition 2, but topic 't_"),
     ("2099-01-01T00:00:00Z", "latest", "", "is in the future"),
     ("earliest", "latest", "_missing", "does not exist; existing topics:"),
 ])
-def test_bad_backfill_input_fails_before_spark_with_the_value_and_the_fix(bootstrap, topic_name, frm, to,
+def test_bad_backfill_input_fails_before_spark_with_the_value_and_the_fix(bootstrap, topic_name, from_, to,
                                                                          topic_suffix, message):
     ensure_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 10)
-    code, out = finish(cli("backfill", "--job", "x-bad", "--topic", topic_name + topic_suffix, "--from", frm,
+    code, out = finish(cli("backfill", "--job", "x-bad", "--topic", topic_name + topic_suffix, "--from", from_,
                            "--to", to), 120)
     assert code == 1
     assert message in out.replace("\n", " ")

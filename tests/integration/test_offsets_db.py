@@ -85,19 +85,21 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
         conn.execute(text("INSERT INTO public.batch_offsets (batch_id, topic, partition, start_offset, end_offset, "
                           "log_start, log_end) SELECT id, 'orders', p, 0, e, 0, e + 10 FROM public.batches, "
                           "(VALUES (0, 10), (1, 5)) AS r(p, e)"))
-        jid = conn.execute(text("SELECT id FROM public.jobs WHERE name = 'legacy-stream'")).scalar_one()
-        bid = conn.execute(text("SELECT max(id) FROM public.batches")).scalar_one()
+        job_id = conn.execute(text("SELECT id FROM public.jobs WHERE name = 'legacy-stream'")).scalar_one()
+        batch_id = conn.execute(text("SELECT max(id) FROM public.batches")).scalar_one()
         conn.execute(text("INSERT INTO public.runs (job_id, dag_id, status) VALUES (:j, 'dag', 'success')"),
-                     {"j": jid})
+                     {"j": job_id})
         conn.execute(text("UPDATE public.batches SET committed_at = now(), rows_written = 14, dead_letters = 1"))
         conn.execute(text("INSERT INTO public.snapshots (job_id, topic, partition, next_offset, batch_id) "
-                          "VALUES (:j, 't', 0, 10, :b), (:j, 't', 1, 5, :b)"), {"j": jid, "b": bid})
+                          "VALUES (:j, 't', 0, 10, :b), (:j, 't', 1, 5, :b)"), {"j": job_id, "b": batch_id})
         conn.execute(text('INSERT INTO public.dead_letters (job_id, batch_id, topic, partition, "offset", raw_value, '
-                          "error) VALUES (:j, :b, 't', 0, 3, 'x', 'json: not an object')"), {"j": jid, "b": bid})
+                          "error) VALUES (:j, :b, 't', 0, 3, 'x', 'json: not an object')"),
+                     {"j": job_id, "b": batch_id})
         conn.execute(text("INSERT INTO public.data_loss_events (job_id, batch_id, kind, topic, partition, "
-                          "lost_from, lost_to) VALUES (:j, :b, 'retention', 't', 1, 0, 2)"), {"j": jid, "b": bid})
+                          "lost_from, lost_to) VALUES (:j, :b, 'retention', 't', 1, 0, 2)"),
+                     {"j": job_id, "b": batch_id})
         conn.execute(text("INSERT INTO public.quality_results (job_id, suite, table_name, success, statistics, "
-                          "result) VALUES (:j, 's', 'orders', true, '{}', '{}')"), {"j": jid})
+                          "result) VALUES (:j, 's', 'orders', true, '{}', '{}')"), {"j": job_id})
 
         def everything(where: str) -> dict[str, list]:
             return {r: sorted(map(tuple, conn.execute(text(f'SELECT * FROM "{where}"."{r}"')).all()), key=repr)
@@ -116,10 +118,10 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
     with engine.begin() as conn:  # 0007 numbers the commits made before it, the outbox of announcements
         assert conn.execute(text("SELECT j.commits, array_agg(b.commit_no) FROM streamfill.jobs j JOIN "
                                  "streamfill.batches b ON b.job_id = j.id WHERE j.id = :j GROUP BY j.commits"),
-                            {"j": jid}).one() == (1, [1])
+                            {"j": job_id}).one() == (1, [1])
         assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0007"
     store = OffsetStore(fresh_db)
-    assert store.ensure_job("after-the-move", "stream") > jid, "the id sequence moved with its table"
+    assert store.ensure_job("after-the-move", "stream") > job_id, "the id sequence moved with its table"
     store.engine.dispose()
     engine.dispose()
 
@@ -184,7 +186,7 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
         assert [tuple(r) for r in latest] == [("orders-stream", 150), ("orders.backfill", 7)]
         lag = conn.execute(text("SELECT job, log_end, lag FROM consumer_lag ORDER BY job")).all()
         assert [tuple(r) for r in lag] == [("orders-stream", 400, 250), ("orders.backfill", 7, 0)]
-        trend = conn.execute(text(  # the README's "over the last hour" queries
+        trend = conn.execute(text(  # docs/offsets-db.md's "over the last hour" queries
             "SELECT date_trunc('minute', planned_at) AS minute, max(behind) AS behind FROM lag_history "
             "WHERE job = :j AND planned_at > now() - interval '1 hour' GROUP BY 1 ORDER BY 1"),
             {"j": "orders-stream"}).all()

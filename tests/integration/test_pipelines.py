@@ -186,10 +186,10 @@ def backfills(world, spark, stack_settings):
     """After the streams: a backfill of each entry into a table of its own, and of the upsert entry's older
     range into its table."""
     names = world["names"]
-    flags = {key: {"job": names[key], "frm": "earliest", "to": "latest", "table": f"{names[key]}_again"}
+    flags = {key: {"job": names[key], "from_": "earliest", "to": "latest", "table": f"{names[key]}_again"}
              for key in ("payments", "clicks", "blobs")}
-    flags["accounts"] = {"job": names["accounts"], "frm": "earliest", "to": '{"0": 10, "1": 10}'}
-    flags["lossy"] = {"job": world["lossy"], "frm": "earliest", "to": "latest"}
+    flags["accounts"] = {"job": names["accounts"], "from_": "earliest", "to": '{"0": 10, "1": 10}'}
+    flags["lossy"] = {"job": world["lossy"], "from_": "earliest", "to": "latest"}
     return {key: run_here(world["jobs"], lambda given=given: backfill.run(
                 backfill.BackfillArgs.from_flags(**given), spark, stack_settings.kafka_client(),
                 stack_settings.offsets_db_url))

@@ -253,19 +253,19 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     table = f"orphans_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(dsn(stack_settings.offsets_db_url))
     try:
-        tgt = target.prepare(conn, None, table, [Column("id", "bigint")], ("id",))
-        dead = stage.stage_for(tgt, f"write-{uuid.uuid4().hex}", dead_letters=False)
-        stage.create(conn, dead, tgt, "write", 86_400)
-        stream = stage.stage_for(tgt, "a-stream-job", dead_letters=False)
-        stage.create(conn, stream, tgt, "stream", 86_400)
+        target_table = target.prepare(conn, None, table, [Column("id", "bigint")], ("id",))
+        dead = stage.stage_for(target_table, f"write-{uuid.uuid4().hex}", dead_letters=False)
+        stage.create(conn, dead, target_table, "write", 86_400)
+        stream = stage.stage_for(target_table, "a-stream-job", dead_letters=False)
+        stage.create(conn, stream, target_table, "stream", 86_400)
         with conn.cursor() as cur:  # as if created two days ago
             cur.execute(f'COMMENT ON TABLE "{dead.name}" IS %s', (
                 '{"streamfill_stage": "write", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
             cur.execute(f'COMMENT ON TABLE "{stream.name}" IS %s', (
                 '{"streamfill_stage": "stream", "created": %d}' % (dt.datetime.now().timestamp() - 2 * 86_400),))
         conn.commit()
-        fresh = stage.stage_for(tgt, f"write-{uuid.uuid4().hex}", dead_letters=False)
-        stage.create(conn, fresh, tgt, "write", 86_400)
+        fresh = stage.stage_for(target_table, f"write-{uuid.uuid4().hex}", dead_letters=False)
+        stage.create(conn, fresh, target_table, "write", 86_400)
     finally:
         conn.close()
     with db.connect() as c:

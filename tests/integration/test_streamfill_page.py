@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from app.stack.airflow import admin_password, reserialize
+from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi
 from spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets
@@ -59,14 +60,14 @@ def demo_run(stack_settings, bootstrap):
     ensure_topic(bootstrap, "orders", 4)
     produce(bootstrap, "orders", 4000, bad_ratio=0.05, seed=int(time.time()))
     api = AirflowApi(stack_settings)
-    run_id = api.trigger("streamfill_stream__orders", {"trigger": "available-now"})
-    assert api.wait("streamfill_stream__orders", run_id, timeout=900) == "success"
+    run_id = api.trigger(dag_ids.stream("orders"), {"trigger": "available-now"})
+    assert api.wait(dag_ids.stream("orders"), run_id, timeout=900) == "success"
     return run_id
 
 
 @pytest.mark.browser
-def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(browser, stack_settings, db,
-                                                                              demo_run, tmp_path):
+def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(browser, screenshot, stack_settings,
+                                                                              db, demo_run):
     from selenium.webdriver.common.by import By
 
     base = f"http://{stack_settings.host}:{stack_settings.airflow_port}"
@@ -80,14 +81,14 @@ def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(
     browser.switch_to.default_content()
     assert wait_for(lambda: [a for a in browser.find_elements(By.TAG_NAME, "a") if a.text.strip() == "streamfill"],
                     what="the streamfill nav entry")
-    browser.save_screenshot(str(tmp_path / "in-airflow.png"))
+    screenshot("streamfill-in-airflow")
 
     browser.get(base + "/streamfill/")
     row = wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "tr[data-job='orders']"), what="the orders row")
     assert "stream" in row.text and "succeeded" in row.text
     link = row.find_element(By.CSS_SELECTOR, "a[target='_top']").get_attribute("href")
     assert "/dags/streamfill_stream__orders/runs/" in link
-    browser.save_screenshot(str(tmp_path / "overview.png"))
+    screenshot("streamfill-overview")
 
     window = "SELECT count(*) FROM lag_history WHERE job = 'orders' AND planned_at >= now() - interval '1 hour'"
     most = query(db, window)[0][0]
@@ -98,7 +99,7 @@ def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(
     least = query(db, window)[0][0]
     assert least >= 1 and least <= points <= most  # one point per batch of the window
     assert browser.execute_script("return document.getElementById('lag-plot').data[0].name") == "total"
-    browser.save_screenshot(str(tmp_path / "job.png"))
+    screenshot("streamfill-job")
 
     browser.find_element(By.ID, "dead-letters-link").click()
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, ".reason-text"), what="the dead letters")
@@ -108,7 +109,7 @@ def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(
                                        "interval '1 hour'")}
     assert reasons and shown == reasons
     assert browser.find_elements(By.CSS_SELECTOR, "pre.raw")  # the raw samples
-    browser.save_screenshot(str(tmp_path / "dead-letters.png"))
+    screenshot("streamfill-dead-letters")
 
     seq, partition, start = query(db, "SELECT batch_seq, partition, start_offset FROM offset_history WHERE job = "
                                       "'orders' AND committed AND end_offset > start_offset ORDER BY batch_seq DESC "
@@ -124,7 +125,7 @@ def test_a_user_sees_the_demo_job_its_lag_plot_dead_letters_and_finds_an_offset(
                      'AND d.topic = \'orders\' AND d.partition = :p AND d."offset" = :o', p=partition, o=start)[0][0]
     where = browser.find_element(By.ID, "dead-letter" if dead else "row-key").text
     assert (f"offset = {start}" in where) if not dead else "dead letter" in where
-    browser.save_screenshot(str(tmp_path / "offset-finder.png"))
+    screenshot("streamfill-offset-finder")
     api = json.loads(browser.execute_script(
         "return fetch(arguments[0]).then(r => r.text())", f"/streamfill/api/jobs/orders/find?topic=orders&partition="
         f"{partition}&offset={start}"))
@@ -149,7 +150,7 @@ def test_the_overview_shows_the_lag_now_and_says_when_it_lists_part_of_the_jobs(
                                   "topic = 'orders'"))
     behind = {p: max(e - next_offsets.get(p, 0), 0) for p, e in ends.items()}
     jobs = json.loads(get(base + "/api/jobs", token)[1])
-    orders = next(j for j in jobs["jobs"] if j["name"] == "orders")
+    orders = next(job for job in jobs["jobs"] if job["name"] == "orders")
     assert (orders["total_lag"], orders["max_lag"], orders["lag_measured"]) == (
         sum(behind.values()), max(behind.values()), "now")
     assert orders["total_lag"] >= 300 and jobs["broker_error"] is None

@@ -1,4 +1,4 @@
-"""The table belongs to its users (README, "The table is yours"): while streamfill writes a table, its users
+"""The table belongs to its users (docs/guarantees.md, "The table is yours"): while streamfill writes a table, its users
 read it for as long as they like, delete and update rows, point other jobs at it, add triggers, publications and
 indexes, or create it themselves. Each test is one such use against real PostgreSQL (and Kafka and Spark where
 the use goes through them). The sink-level tests drive the sink's own steps without Spark, as its tasks and

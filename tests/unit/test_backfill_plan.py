@@ -27,9 +27,10 @@ def offsets_for_times(query):
     return {tp: (None if ts > 2_000 else max(0, (ts - 1_000) // 10)) for tp, ts in query.items()}
 
 
-def window(frm: str, to: str, partitions: int | None = 2, now: int = NOW) -> Window:
-    return resolve_window(T, partitions, WM, offsets_for_times, parse_spec(frm, "--from", T), parse_spec(to, "--to", T), now,
-                          raw_from=frm, raw_to=to, known_topics=["orders", "payments"])
+def window(from_: str, to: str, partitions: int | None = 2, now: int = NOW) -> Window:
+    return resolve_window(T, partitions, WM, offsets_for_times, parse_spec(from_, "--from", T),
+                          parse_spec(to, "--to", T), now,
+                          raw_from=from_, raw_to=to, known_topics=["orders", "payments"])
 
 
 def test_specs_parse_to_offset_specs():
@@ -74,7 +75,7 @@ def test_offsets_and_times_resolve_to_ranges():
     assert Window.from_json(json.loads(json.dumps(w.to_json()))) == w
 
 
-@pytest.mark.parametrize("frm, to, partitions, message", [
+@pytest.mark.parametrize("from_, to, partitions, message", [
     ("earliest", "latest", None, "--topic 'orders' does not exist; existing topics: orders, payments"),
     ('{"5": 1}', "latest", 2, "names partition 5, but topic 'orders' has partitions 0..1"),
     ('{"0": 50}', '{"0": 20}', 2, "start offset 50 > end offset 20"),
@@ -83,9 +84,9 @@ def test_offsets_and_times_resolve_to_ranges():
     ('{"0": 3}', "latest", 2, "offset 3 of orders-0 is below the log start 10; offsets 3..9 were deleted"),
     ("earliest", '{"1": 70}', 2, "offset 70 of orders-1 is beyond the log end 50"),
 ])
-def test_validation_names_the_value_and_the_fix(frm, to, partitions, message):
+def test_validation_names_the_value_and_the_fix(from_, to, partitions, message):
     with pytest.raises(OptionError) as info:
-        window(frm, to, partitions)
+        window(from_, to, partitions)
     assert message in str(info.value)
 
 

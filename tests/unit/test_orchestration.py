@@ -29,16 +29,17 @@ def test_consumed_ranges_merge_per_partition():
 
 
 def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_field():
+    from orchestration.dag_ids import REPLAY
     from orchestration.tasks import refuse_unknown_conf
     from streamfill.errors import OptionError
 
     fields = {"job": "orders", "from": "earliest", "to": "latest", "table": None}
-    refuse_unknown_conf("streamfill_replay", {"job": "orders", "from": "{}"}, fields)  # known keys pass
+    refuse_unknown_conf(REPLAY, {"job": "orders", "from": "{}"}, fields)  # known keys pass
     with pytest.raises(OptionError, match=r"form='\{\"0\": 5\}': is not a field of streamfill_replay's form "
                                           r"\(its fields: job, from, to, table\)\. did you mean 'from'\?"):
-        refuse_unknown_conf("streamfill_replay", {"job": "orders", "form": '{"0": 5}'}, fields)
+        refuse_unknown_conf(REPLAY, {"job": "orders", "form": '{"0": 5}'}, fields)
     with pytest.raises(OptionError, match=r"option zzz=1: .* Trigger the run again with the form's fields only"):
-        refuse_unknown_conf("streamfill_replay", {"zzz": 1}, fields)
+        refuse_unknown_conf(REPLAY, {"zzz": 1}, fields)
 
 
 def test_a_backfill_check_fails_in_the_replay_forms_words():
