@@ -150,7 +150,7 @@ def measure(e2e, args: argparse.Namespace, settings, made: Leftovers) -> None:
                                             chunk_size=size, pipeline="orders")
                 made.job(run.job)
                 before = cpu.sample()
-                summary = backfill.run(run, spark, bootstrap, url)
+                summary = backfill.run(run, spark, settings.kafka_client(), url)
                 after = cpu.sample()
                 used = {k: after[k] - before[k] for k in KINDS}
                 warm = " (warm-up, not counted)" if i == 0 else ""

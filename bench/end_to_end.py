@@ -283,7 +283,7 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
         run = stream.StreamArgs(name.replace("_", "-"), source, name, work / name, "available-now", args.batch,
                                 pipeline=pipeline)
         made.job(run.job)
-        summary = stream.run(run, spark, bootstrap, url, threading.Event())
+        summary = stream.run(run, spark, settings.kafka_client(), url, threading.Event())
         written[way] = (name, "job:" + run.job)
         return summary.rows + summary.dead_letters
 
@@ -309,7 +309,7 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
         run = backfill.BackfillArgs(name.replace("_", "-"), source, "earliest", "latest", name, chunk_size=chunk,
                                     pipeline="orders")
         made.job(run.job)
-        summary = backfill.run(run, spark, bootstrap, url)
+        summary = backfill.run(run, spark, settings.kafka_client(), url)
         written[way] = (name, "job:" + run.job)
         return summary.offsets
 

@@ -129,9 +129,9 @@ def streamfill_way(spark, bootstrap: str, url: str, engine, work: Path, made: Le
     ensure_topic(bootstrap, made.topic(name), partitions)
     stop = threading.Event()
     job = made.job(name.replace("_", "-"))
-    runner = threading.Thread(target=stream.run, args=(
-        stream.StreamArgs(job, name, name, work / name, "1s", pipeline="orders"), spark, bootstrap, url, stop),
-        daemon=True)
+    runner = threading.Thread(target=stream.run, daemon=True, args=(
+        stream.StreamArgs(job, name, name, work / name, "1s", pipeline="orders"), spark,
+        {"bootstrap.servers": bootstrap}, url, stop))
     runner.start()
     while not spark.streams.active:
         time.sleep(0.2)
