@@ -66,7 +66,7 @@ def check(file: Annotated[Optional[Path], typer.Argument(
             for column, pg in (("key", "bytea"), ("value", "bytea"), ("headers", "jsonb")):
                 table.add_row(column, pg, "as the record came")
         for column, c in spec.columns.items():
-            rules = c.rules() + (["key"] if column in spec.key else [])
+            rules = [*map(str, c.rules()), *(["key"] if column in spec.key else [])]
             source = f" (field {c.field})" if c.field else ""
             table.add_row(column, c.column_type.postgres, escape(", ".join(rules) + source))
         for column, expression in spec.derived.items():

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamfill.errors import OptionError
+from streamfill.rules import KEYS, MEANINGS, Rule, Test, as_mapping, rules_of
 
 PARSED = "_parsed"  # true: the reader typed this record and every rule it checks passed
 PREFIX = "_p_"  # the reader's typed value of column c is in _p_c
@@ -52,20 +53,31 @@ _LARGEST = 50_000  # larger values (where a key could be that long) are left to 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+# each test of streamfill.rules the reader checks, as Arrow computes it: true where the rule is broken (null: not)
+CHECKED = {
+    Test.MISSING: lambda arr, _: arr.is_null(),  # no value, or one already left to Spark
+    Test.BELOW: lambda arr, bound: pc.less(_comparable(arr), _bound(bound, arr)),
+    Test.ABOVE: lambda arr, bound: pc.greater(_comparable(arr), _bound(bound, arr)),
+    Test.NOT_IN: lambda arr, values: pc.and_(arr.is_valid(), pc.invert(pc.is_in(arr, _allowed(values, arr.type)))),
+    Test.LONGER: lambda arr, length: pc.greater(pc.utf8_length(arr), length),
+}  # pattern (Test.NO_MATCH) is Java's regular expressions: Spark checks it on the typed text
+
+
 @dataclass(frozen=True)
 class ValueColumn:
-    """One typed column: the value's top-level `field`, its type and the rules the reader checks. Bounds are in
-    the column's terms as Spark computes them: whole numbers, a float, decimal text, epoch days (date) or epoch
-    microseconds (timestamp); None is a bound Spark could not cast, which never fires."""
+    """One typed column: the value's top-level `field`, its type and the rules the reader checks (streamfill.rules,
+    tests in CHECKED). The operands of min and max are in the column's terms as Spark computes them: whole
+    numbers, a float, decimal text, epoch days (date) or epoch microseconds (timestamp)."""
 
     name: str
     field: str
     type: str
-    required: bool = False
-    min: int | float | str | None = None
-    max: int | float | str | None = None
-    in_: tuple[str | int, ...] | None = None
-    max_length: int | None = None
+    rules: tuple[Rule, ...] = ()
+
+    def __post_init__(self) -> None:
+        left = [r.key for r in self.rules if r.test not in CHECKED]
+        if left:
+            raise ValueError(f"the read does not check {', '.join(left)}; leave those rules to Spark")
 
     @property
     def arrow(self) -> pa.DataType:
@@ -112,8 +124,7 @@ class JsonColumns:
         return cls(columns, reserved)
 
     def to_option(self) -> str:
-        columns = [{k.rstrip("_"): v for k, v in vars(c).items() if v is not None and v is not False}
-                   for c in self.columns]
+        columns = [{"name": c.name, "field": c.field, "type": c.type, **as_mapping(c.rules)} for c in self.columns]
         return json.dumps({"columns": columns, "reserved": list(self.reserved)})
 
     @property
@@ -175,17 +186,25 @@ def _refused_by_jackson(value: bytes) -> bool:
             or _LONG_NUMBER.search(value) is not None)
 
 
-_KEYS = {"name", "field", "type", "required", "min", "max", "in", "max_length"}
+_KEYS = {"name", "field", "type", *(key for key in KEYS if MEANINGS[key].test in CHECKED)}
 
 
 def _column(doc: dict) -> ValueColumn:
     if set(doc) - _KEYS:
         raise ValueError(f"unknown keys {sorted(set(doc) - _KEYS)}; a column has {sorted(_KEYS)}")
     c = ValueColumn(name=str(doc["name"]), field=str(doc["field"]), type=str(doc["type"]).replace(" ", ""),
-                    required=bool(doc.get("required", False)), min=doc.get("min"), max=doc.get("max"),
-                    in_=tuple(doc["in"]) if doc.get("in") is not None else None, max_length=doc.get("max_length"))
+                    rules=rules_of(doc))
     c.arrow  # noqa: B018 - a type the reader cannot build raises KeyError
     return c
+
+
+def can_check(type_: str, rules: tuple[Rule, ...]) -> bool:
+    """Whether the reader can type a column of this type and check these rules but the ones it leaves to Spark
+    (tests outside CHECKED): an `in` list only of text, or of whole numbers for an int or bigint column."""
+    if type_ not in SCALARS and not _DECIMAL.fullmatch(type_.replace(" ", "")):
+        return False
+    return all(r.test is not Test.NOT_IN or type_ == "string" or type_ in ("int", "bigint") and all(
+        type(v) is int for v in r.operand) for r in rules)
 
 
 def _python_type(c: ValueColumn) -> object:
@@ -204,8 +223,6 @@ def _typed(c: ValueColumn, raw: list, ok: np.ndarray) -> pa.Array:
     if c.type == "string":
         arr = pa.array(raw, pa.string())
         _clear(ok, pc.match_substring(arr, "\x00"))  # Spark's reason: not storable in PostgreSQL
-        if c.max_length is not None:
-            _clear(ok, pc.greater(pc.utf8_length(arr), c.max_length))
     elif c.type in ("int", "bigint"):
         arr = _integers(raw, ok, 31 if c.type == "int" else 63).cast(c.arrow)
     elif c.type == "double":
@@ -218,23 +235,17 @@ def _typed(c: ValueColumn, raw: list, ok: np.ndarray) -> pa.Array:
         arr = _times(raw, ok, _DATE, pa.date32())
     else:
         arr = _decimals(raw, ok, c.arrow)
-    if c.required:  # null: no value, or one already left to Spark
-        _clear(ok, arr.is_null())
-    if c.in_ is not None:
-        _clear(ok, pc.and_(arr.is_valid(), pc.invert(pc.is_in(arr, _allowed(c, arr.type)))))
-    if c.min is not None:
-        _clear(ok, pc.less(_comparable(arr), _bound(c.min, c, arr)))
-    if c.max is not None:
-        _clear(ok, pc.greater(_comparable(arr), _bound(c.max, c, arr)))
+    for rule in c.rules:
+        _clear(ok, CHECKED[rule.test](arr, rule.operand))
     return arr
 
 
-def _allowed(c: ValueColumn, to: pa.DataType) -> pa.Array:
+def _allowed(values: tuple, to: pa.DataType) -> pa.Array:
     """The `in` list as the column's type; a number outside the type's range can never match, as in Spark."""
-    if c.type == "string":
-        return pa.array([v for v in c.in_ if isinstance(v, str)], pa.string())
-    limit = 1 << (31 if c.type == "int" else 63)
-    return pa.array([v for v in c.in_ if type(v) is int and -limit <= v < limit], pa.int64()).cast(to)
+    if pa.types.is_string(to):
+        return pa.array([v for v in values if isinstance(v, str)], pa.string())
+    limit = 1 << (to.bit_width - 1)
+    return pa.array([v for v in values if type(v) is int and -limit <= v < limit], pa.int64()).cast(to)
 
 
 def _clear(ok: np.ndarray, broken: pa.Array) -> None:
@@ -250,7 +261,7 @@ def _comparable(arr: pa.Array) -> pa.Array:
     return arr
 
 
-def _bound(value: int | float | str, c: ValueColumn, arr: pa.Array) -> pa.Scalar:
+def _bound(value: int | float | str, arr: pa.Array) -> pa.Scalar:
     if pa.types.is_decimal(arr.type):
         return pa.scalar(Decimal(str(value)), arr.type)
     if pa.types.is_timestamp(arr.type) or pa.types.is_integer(arr.type) or pa.types.is_date32(arr.type):

@@ -21,10 +21,11 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from connectors.kafka.json_values import OPTION, PARSED, PREFIX, JsonColumns, ValueColumn
+from connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonColumns, ValueColumn, can_check
 from spark_jobs.pipelines.spec import Column, PipelineSpec
 from spark_jobs.pipelines.types import NUMERIC
 from streamfill.errors import OptionError
+from streamfill.rules import Rule, Shown, Test
 
 CORRUPT = "_corrupt"
 STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
@@ -57,12 +58,12 @@ def reader_options(spec: PipelineSpec) -> dict[str, str]:
     """The `streamfill_kafka` options that have the read type the entry's JSON values itself where the result is
     certain to be Spark's (connectors.kafka.json_values, less CPU than from_json and the casts);
     none for an entry it cannot type (Avro or raw values, nested types, paths into the value, a json column, an
-    `in` list of numbers other than whole ones). `parse` gives the same rows and dead letters either way."""
+    `in` list of numbers other than whole ones: json_values.can_check). `parse` gives the same rows and dead
+    letters either way."""
     columns = _json_columns(spec)
     return {} if columns is None else {OPTION: columns.to_option()}
 
 
-_READER_TYPES = {"string", "int", "bigint", "double", "decimal", "boolean", "date", "timestamp"}
 _typed_columns: dict[tuple[object, str], JsonColumns | None] = {}
 
 
@@ -72,13 +73,8 @@ def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
     fields = [c.field or name for name, c in spec.columns.items()]
     if len(set(fields)) != len(fields) or CORRUPT in fields or any("." in f for f in fields):
         return None
-    for c in spec.columns.values():
-        kind = c.column_type.name
-        if kind not in _READER_TYPES:
-            return None
-        if c.in_ is not None and not (kind == "string" or kind in ("int", "bigint") and all(
-                type(v) is int for v in c.in_)):
-            return None
+    if not all(can_check(str(c.column_type), spec.rules(name)) for name, c in spec.columns.items()):
+        return None
     from pyspark import SparkContext
 
     key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "key"}))
@@ -88,28 +84,34 @@ def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
         return _typed_columns[key]
 
 
+_BOUNDS = (Test.BELOW, Test.ABOVE)
+
+
 def _with_bounds(spec: PipelineSpec) -> JsonColumns:
-    """The entry's columns for the reader, with each min and max as Spark casts it (the same `_bound` the
-    checks compare with), computed once on the driver from a one-row local relation."""
+    """The entry's columns for the reader with the rules it checks, each min and max as Spark casts it (the same
+    `_bound` the checks compare with), computed once on the driver from a one-row local relation. A bound Spark
+    cannot cast never fires, so the reader does not get it."""
     from pyspark.sql import SparkSession
 
     bounds = []
     for name, c in spec.columns.items():
-        for rule in ("min", "max"):
-            value = getattr(c, rule)
-            if value is not None:
-                bound = _bound(value, c)
-                kind = c.column_type.name
+        kind = c.column_type.name
+        for rule in spec.rules(name):
+            if rule.test in _BOUNDS:
+                bound = _bound(rule.operand, c)
                 bound = (F.unix_micros(bound) if kind == "timestamp" else F.unix_date(bound) if kind == "date"
                          else bound.cast("string") if kind == "decimal" else bound)
-                bounds.append(bound.alias(f"{rule}_{name}"))
+                bounds.append(bound.alias(f"{rule.key}_{name}"))
     spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()  # a backfill's chunk thread
     got = spark.createDataFrame([(0,)], "x int").select(*bounds).first().asDict() if bounds else {}
-    keys = set(spec.key)
+
+    def checked_in_read(name: str) -> tuple[Rule, ...]:
+        rules = [Rule(r.key, got[f"{r.key}_{name}"]) if r.test in _BOUNDS else r
+                 for r in spec.rules(name) if r.test in CHECKED]
+        return tuple(r for r in rules if r.operand is not None)
+
     return JsonColumns(tuple(
-        ValueColumn(name=name, field=c.field or name, type=str(c.column_type), required=c.required or name in keys,
-                    min=got.get(f"min_{name}"), max=got.get(f"max_{name}"),
-                    in_=tuple(c.in_) if c.in_ is not None else None, max_length=c.max_length)
+        ValueColumn(name=name, field=c.field or name, type=str(c.column_type), rules=checked_in_read(name))
         for name, c in spec.columns.items()), reserved=(CORRUPT,))
 
 
@@ -217,8 +219,8 @@ def _projections(spec: PipelineSpec, typed_by_reader: bool = False) -> _Projecti
     typed = ("*", *(F.struct(_raw_field(c.field or name).alias("raw"), value(name, c).alias("v")).alias(f"_c_{name}")
                     for name, c in spec.columns.items()))
     error = _first_error(spec)
-    if typed_by_reader:  # the read checked every rule but patterns (Java's regular expressions)
-        error = F.when(parsed, _first_of(_pattern_checks(spec))).otherwise(error)
+    if typed_by_reader:  # the read checked its rules (json_values.CHECKED); Spark checks the others
+        error = F.when(parsed, _first_of(_checks_left_by_the_read(spec))).otherwise(error)
     checked = ("topic", "partition", "offset", "kafka_timestamp",
                *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns], error.alias("_error"), "_original")
     valid = F.col("_error").isNull()
@@ -279,10 +281,9 @@ def _first_error(spec: PipelineSpec) -> SparkColumn:
         checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
     checks.append((~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")))
     checks.append((F.col(JSON_TEXT).isNull() | F.col(f"{JSON_TEXT}.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
-    keys = set(spec.key)
     for name, c in spec.columns.items():
         raw, v = F.col(f"_c_{name}.raw"), F.col(f"_c_{name}.v")
-        checks += _column_checks(name, c, raw, v, required=c.required or name in keys)
+        checks += _column_checks(name, c, spec.rules(name), raw, v)
     return _first_of(checks)
 
 
@@ -293,15 +294,15 @@ def _first_of(checks: list[tuple[SparkColumn, SparkColumn]]) -> SparkColumn:
     return out
 
 
-def _pattern_checks(spec: PipelineSpec) -> list[tuple[SparkColumn, SparkColumn]]:
-    """The pattern rules of a record the read typed: its value of a string column is the text Spark's parse
-    would check (a JSON string), so the check and the reason are the same."""
-    return [_pattern_check(name, c, F.col(f"_c_{name}.v")) for name, c in spec.columns.items()
-            if c.pattern is not None]
-
-
-def _pattern_check(name: str, c: Column, raw: SparkColumn) -> tuple[SparkColumn, SparkColumn]:
-    return ~raw.rlike(c.pattern), F.concat(F.lit(f"{name} does not match pattern {c.pattern}: "), _shown(raw))
+def _checks_left_by_the_read(spec: PipelineSpec) -> list[tuple[SparkColumn, SparkColumn]]:
+    """The rules the read does not check (patterns: Java's regular expressions) of a record it typed. These
+    rules apply to string columns, whose typed value is the text Spark's parse would check (a JSON string), so
+    the check and the reason are the same."""
+    out = []
+    for name, c in spec.columns.items():
+        v = F.col(f"_c_{name}.v")
+        out += [_check(name, c, rule, v, v) for rule in spec.rules(name) if rule.test not in CHECKED]
+    return out
 
 
 def _shown(raw: SparkColumn) -> SparkColumn:
@@ -314,13 +315,12 @@ def _invalid_utf8(value: SparkColumn) -> SparkColumn:
     return F.encode(F.decode(value, "UTF-8"), "UTF-8") != value
 
 
-def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
-                   required: bool) -> list[tuple[SparkColumn, SparkColumn]]:
+def _column_checks(name: str, c: Column, rules: tuple[Rule, ...], raw: SparkColumn,
+                   v: SparkColumn) -> list[tuple[SparkColumn, SparkColumn]]:
+    """The column's checks in order: required, its type, what PostgreSQL can store, then its other rules."""
     t = c.column_type
     shown = _shown(raw)
-    out: list[tuple[SparkColumn, SparkColumn]] = []
-    if required:
-        out.append((raw.isNull(), F.lit(f"missing field {name} (required)")))
+    out = [_check(name, c, rule, raw, v) for rule in rules if not rule.on_typed_value]
     if t.name in NUMERIC:
         number = raw.rlike("^-?[0-9]+$") if t.name in ("int", "bigint") else raw.try_cast("double").isNotNull()
         too_large = raw.isNotNull() & v.isNull() & number
@@ -333,20 +333,28 @@ def _column_checks(name: str, c: Column, raw: SparkColumn, v: SparkColumn,
         if t.nested:
             nul = nul | raw.contains("\\u0000")
         out.append((nul, F.lit(f"{name} contains a NUL character (\\u0000), which PostgreSQL cannot store")))
-    if c.min is not None:
-        out.append((v < _bound(c.min, c), F.concat(F.lit(f"{name} below min {c.min}: "), shown)))
-    if c.max is not None:
-        out.append((v > _bound(c.max, c), F.concat(F.lit(f"{name} above max {c.max}: "), shown)))
-    if c.in_ is not None:
-        allowed = ", ".join(map(str, c.in_))
-        out.append((~v.isin(*c.in_), F.concat(F.lit(f"{name} not in [{allowed}]: "), shown)))
-    if c.pattern is not None:
-        out.append(_pattern_check(name, c, raw))
-    if c.max_length is not None:
-        out.append((F.length(raw) > c.max_length,
-                    F.concat(F.lit(f"{name} longer than max_length {c.max_length}: "), F.length(raw).cast("string"),
-                             F.lit(" characters"))))
-    return out
+    return out + [_check(name, c, rule, raw, v) for rule in rules if rule.on_typed_value]
+
+
+# each test of streamfill.rules as a Spark condition on the field's text (raw) and its typed value (v)
+_BROKEN = {
+    Test.MISSING: lambda raw, v, c, _: raw.isNull(),
+    Test.BELOW: lambda raw, v, c, bound: v < _bound(bound, c),
+    Test.ABOVE: lambda raw, v, c, bound: v > _bound(bound, c),
+    Test.NOT_IN: lambda raw, v, c, values: ~v.isin(*values),
+    Test.NO_MATCH: lambda raw, v, c, pattern: ~v.rlike(pattern),
+    Test.LONGER: lambda raw, v, c, length: F.length(v) > length,
+}
+
+
+def _check(name: str, c: Column, rule: Rule, raw: SparkColumn, v: SparkColumn) -> tuple[SparkColumn, SparkColumn]:
+    """The condition that breaks the rule, and the dead letter's reason."""
+    reason = F.lit(rule.reason(name))
+    if rule.shown is Shown.VALUE:
+        reason = F.concat(reason, F.lit(": "), _shown(raw))
+    elif rule.shown is Shown.LENGTH:
+        reason = F.concat(reason, F.lit(": "), F.length(v).cast("string"), F.lit(" characters"))
+    return _BROKEN[rule.test](raw, v, c, rule.operand), reason
 
 
 def _bound(value, c: Column) -> SparkColumn:

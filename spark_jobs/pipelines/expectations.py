@@ -1,8 +1,6 @@
-"""Great Expectations from a pipeline entry: every column rule is also an expectation on the table, so what the
-stream rejects and what quality checks can never drift apart; plus the entry's extra expectations (`quality:`,
-GX names with keyword arguments) and, for a business key, its uniqueness.
-
-  required -> not null, min/max -> between, in -> in set, pattern -> regex, max_length -> length at most
+"""Great Expectations from a pipeline entry: every column rule (streamfill.rules) is also an expectation on the
+table, so what the stream rejects and what quality checks can never drift apart; plus the entry's extra
+expectations (`quality:`, GX names with keyword arguments) and, for a business key, its uniqueness.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from typing import Any
 
 from spark_jobs.pipelines.spec import COORDINATES, Column, PipelineSpec
 from streamfill.errors import OptionError
+from streamfill.rules import Rule, Test
 
 
 def class_name(snake: str) -> str:
@@ -46,19 +45,13 @@ def from_rules(spec: PipelineSpec) -> list:
     import great_expectations.expectations as gxe
 
     out: list = []
-    keys = set(spec.key)
     for name, c in spec.columns.items():
-        if c.required or name in keys:
-            out.append(gxe.ExpectColumnValuesToNotBeNull(column=name))
-        if c.min is not None or c.max is not None:
-            out.append(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=_bound(c, c.min),
-                                                         max_value=_bound(c, c.max)))
-        if c.in_ is not None:
-            out.append(gxe.ExpectColumnValuesToBeInSet(column=name, value_set=list(c.in_)))
-        if c.pattern is not None:
-            out.append(gxe.ExpectColumnValuesToMatchRegex(column=name, regex=c.pattern))
-        if c.max_length is not None:
-            out.append(gxe.ExpectColumnValueLengthsToBeBetween(column=name, max_value=c.max_length))
+        rules = spec.rules(name)
+        bounds = {r.test: _bound(c, r.operand) for r in rules if r.test in (Test.BELOW, Test.ABOVE)}
+        for rule in rules:
+            if rule.test is Test.ABOVE and Test.BELOW in bounds:
+                continue  # one expectation between min and max
+            out.append(_expectation(gxe, name, rule, bounds))
     business = [k for k in spec.key if k not in COORDINATES]
     if business:
         columns = ", ".join(f'"{k}"' for k in spec.key)
@@ -69,14 +62,27 @@ def from_rules(spec: PipelineSpec) -> list:
     return out
 
 
+def _expectation(gxe: Any, column: str, rule: Rule, bounds: dict[Test, Any]) -> Any:
+    """The expectation that fails on the rows a rule's test breaks (GX's bounds are inclusive, as the rules')."""
+    test = rule.test
+    if test is Test.MISSING:
+        return gxe.ExpectColumnValuesToNotBeNull(column=column)
+    if test in (Test.BELOW, Test.ABOVE):
+        return gxe.ExpectColumnValuesToBeBetween(column=column, min_value=bounds.get(Test.BELOW),
+                                                 max_value=bounds.get(Test.ABOVE))
+    if test is Test.NOT_IN:
+        return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(rule.operand))
+    if test is Test.NO_MATCH:
+        return gxe.ExpectColumnValuesToMatchRegex(column=column, regex=rule.operand)
+    return gxe.ExpectColumnValueLengthsToBeBetween(column=column, max_value=rule.operand)
+
+
 def for_entry(spec: PipelineSpec) -> list:
     return [*from_rules(spec), *extra(spec)]
 
 
 def _bound(c: Column, value: Any) -> Any:
     """Numbers as numbers; dates as dates and times as aware datetimes (the columns are date and timestamptz)."""
-    if value is None:
-        return None
     if c.column_type.name == "date":
         return date.fromisoformat(str(value)[:10])
     if c.column_type.name == "timestamp":

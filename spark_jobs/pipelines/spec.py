@@ -18,6 +18,7 @@ from connectors.postgres.sink_options import APPEND_NEW, SinkMode
 from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
 from streamfill.names import parse_table, validate_job_name
+from streamfill.rules import Rule, rules_of
 
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")  # every table has them
 RAW_COLUMNS = ("key", "value", "headers")  # format raw: the record as it came
@@ -114,17 +115,9 @@ class Column(BaseModel):
     def column_type(self) -> ColumnType:
         return self._type
 
-    def rules(self) -> list[str]:
-        """The rules as a user reads them: required, min 0, max 100, in [...], pattern ..., max_length 64."""
-        out = ["required"] if self.required else []
-        out += [f"{r} {getattr(self, r)}" for r in ("min", "max") if getattr(self, r) is not None]
-        if self.in_ is not None:
-            out.append(f"in [{', '.join(map(str, self.in_))}]")
-        if self.pattern is not None:
-            out.append(f"pattern {self.pattern}")
-        if self.max_length is not None:
-            out.append(f"max_length {self.max_length}")
-        return out
+    def rules(self, key: bool = False) -> tuple[Rule, ...]:
+        """The column's rules in the order they are checked (streamfill.rules); a key column is always required."""
+        return rules_of({**self.model_dump(by_alias=True), "required": self.required or key})
 
 
 def _iso(text: str) -> bool:
@@ -295,6 +288,10 @@ class PipelineSpec(BaseModel):
         if len(set(self.key)) != len(self.key):
             raise ValueError(f"key {self.key} names a column twice")
         return self
+
+    def rules(self, column: str) -> tuple[Rule, ...]:
+        """The rules of one column, required if it is part of the key."""
+        return self.columns[column].rules(key=column in self.key)
 
     def table_columns(self) -> list[str]:
         """Every column of the target table, in order."""

@@ -14,21 +14,22 @@ from hypothesis import strategies as st
 
 from connectors.kafka.json_values import JsonColumns, ValueColumn
 from streamfill.errors import OptionError
+from streamfill.rules import rules_of
 
 pytestmark = pytest.mark.unit
 
 COLUMNS = JsonColumns((
-    ValueColumn("id", "id", "string", required=True, max_length=8),
-    ValueColumn("n", "n", "int", min=1, max=100),
+    ValueColumn("id", "id", "string", rules_of({"required": True, "max_length": 8})),
+    ValueColumn("n", "n", "int", rules_of({"min": 1, "max": 100})),
     ValueColumn("big", "big", "bigint"),
-    ValueColumn("x", "x", "double", min=-1.5),
-    ValueColumn("amount", "amount", "decimal(12,2)", min="0.00", max="1000.00"),
+    ValueColumn("x", "x", "double", rules_of({"min": -1.5})),
+    ValueColumn("amount", "amount", "decimal(12,2)", rules_of({"min": "0.00", "max": "1000.00"})),
     ValueColumn("wide", "wide", "decimal(30,4)"),
     ValueColumn("ok", "ok", "boolean"),
-    ValueColumn("day", "day", "date", min=0),  # epoch days: 1970-01-01
+    ValueColumn("day", "day", "date", rules_of({"min": 0})),  # epoch days: 1970-01-01
     ValueColumn("at", "at", "timestamp"),
-    ValueColumn("kind", "kind", "string", in_=("a", "b")),
-    ValueColumn("level", "level", "bigint", in_=(1, 2, 3)),
+    ValueColumn("kind", "kind", "string", rules_of({"in": ("a", "b")})),
+    ValueColumn("level", "level", "bigint", rules_of({"in": (1, 2, 3)})),
 ), reserved=("_corrupt",))
 GOOD = {"id": "e1", "n": 5, "big": 2**40, "x": 2.5, "amount": 12.34, "wide": 1.5, "ok": True, "day": "2026-11-25",
         "at": "2026-11-25T08:20:55.991+00:00", "kind": "a", "level": 2}
@@ -155,8 +156,8 @@ def test_numbers_far_beyond_a_wide_decimal_are_left_to_spark_without_failing_the
 
 
 def test_an_in_list_with_numbers_beyond_the_column_type_matches_only_what_fits():
-    columns = JsonColumns((ValueColumn("n", "n", "int", in_=(1, 3_000_000_000)),
-                           ValueColumn("b", "b", "bigint", in_=(1, 2**63))))
+    columns = JsonColumns((ValueColumn("n", "n", "int", rules_of({"in": (1, 3_000_000_000)})),
+                           ValueColumn("b", "b", "bigint", rules_of({"in": (1, 2**63)}))))
     parsed = columns.parse([b'{"n": 1, "b": 1}', b'{"n": 2}', b"{}", b'{"b": 5}'])[0].to_pylist()
     assert parsed == [True, False, True, False]
 
