@@ -165,6 +165,16 @@ def announced(engine: Engine, job: str) -> list[dict[str, Any]]:
     return [from_extra(extra) for extra in extras]
 
 
+def delivered_count(engine: Engine, job: str) -> int:
+    """How many of the job's announcements were delivered; 0 before its first launch created the job."""
+    with Session(engine) as s:
+        job_id = s.scalar(select(Job.id).where(Job.name == job))
+        if job_id is None:
+            return 0
+        return s.scalar(select(func.count()).where(Announcement.job_id == job_id,
+                                                   Announcement.delivered_at.is_not(None)))
+
+
 def lineage_run_of(engine: Engine, job: str, commit: int) -> str | None:
     """The OpenLineage run id of the launch that made commit number `commit` of the job."""
     with Session(engine) as s:

@@ -33,6 +33,7 @@ log = logging.getLogger("streamfill.announce")
 POLL_S = 2.0  # how often a due announcer looks for new commits
 LOOKBACK = timedelta(hours=1)  # how far before an announcement's creation its event is looked for (clock skew)
 BACKOFF_S = (5.0, 60.0)  # after a failed step, doubling up to the second
+OUTAGES = (AirflowError, urllib.error.URLError, OSError, DBAPIError, KeyError)  # a step failing so is tried again
 
 
 class Announcer:
@@ -77,15 +78,17 @@ class Announcer:
             lineage.running(self.job, run, (), (PgTable.of_asset_uri(self.asset_uri),), output_rows=body["rows"],
                             when=datetime.fromisoformat(body["committed"][1]))
 
-    def run(self, stop: Callable[[], bool] = lambda: False, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Steps until `stop()`, while this process holds the job's announcer lock (else it waits for it)."""
+    def run(self, stop: Callable[[], bool] = lambda: False, sleep: Callable[[float], object] = time.sleep,
+            retried: tuple[type[Exception], ...] = OUTAGES) -> None:
+        """Steps until `stop()`, while this process holds the job's announcer lock (else it waits for it). A step
+        failing with one of `retried` is recorded and tried again after a backoff; anything else ends the run."""
         failures = 0
         while not stop():
             with announcements.holding(self.engine, self.job) as mine:
                 while mine and not stop():
                     try:
                         delay, failures = self.step(), 0
-                    except (AirflowError, urllib.error.URLError, OSError, DBAPIError, KeyError) as exc:
+                    except retried as exc:
                         delay, failures = self.failed(exc, failures + 1), failures + 1
                     sleep(delay)
             if not stop():

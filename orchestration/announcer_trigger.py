@@ -6,6 +6,7 @@ delivers through orchestration/announce.py instead, which records every step in 
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -29,30 +30,29 @@ class CommitAnnouncer(BaseEventTrigger):
     async def run(self):
         from airflow.sdk import BaseHook
 
-        from offsets_db import announcements
-        from offsets_db.engine import make_engine
-        from orchestration.airflow_api import AirflowApi
-        from orchestration.announce import POLL_S, Announcer
-        from orchestration.connections import postgres_url
-
         db = await BaseHook.aget_connection(self.postgres_conn_id)
         api = await BaseHook.aget_connection(self.api_conn_id)
-        base = api.host if "://" in (api.host or "") else f"http://{api.host}:{api.port or 8080}"
-        engine = make_engine(postgres_url(db))
-        announcer = Announcer(engine, lambda: AirflowApi(None, (api.login, api.password), base=base), self.job,
-                              self.asset_uri, timedelta(seconds=self.every_s))
-        failures = 0
+        stop = threading.Event()
+
+        def announce() -> None:
+            # in a thread, so importing, the lock, the steps and their waits never block the triggerer's event
+            # loop; every failure is retried, since a trigger that ends leaves the job unannounced until a restart
+            from offsets_db.engine import make_engine
+            from orchestration.airflow_api import AirflowApi
+            from orchestration.announce import Announcer
+            from orchestration.connections import postgres_url
+
+            base = api.host if "://" in (api.host or "") else f"http://{api.host}:{api.port or 8080}"
+            engine = make_engine(postgres_url(db))
+            announcer = Announcer(engine, lambda: AirflowApi(None, (api.login, api.password), base=base), self.job,
+                                  self.asset_uri, timedelta(seconds=self.every_s))
+            try:
+                announcer.run(stop=stop.is_set, sleep=stop.wait, retried=(Exception,))
+            finally:
+                engine.dispose()
+
         try:
-            while True:  # the lock is taken on every pass: a second announcer of the job waits its turn
-                with announcements.holding(engine, self.job) as mine:
-                    while mine:
-                        try:
-                            delay, failures = await asyncio.to_thread(announcer.step), 0
-                        except Exception as exc:  # noqa: BLE001 - an outage is retried, never the trigger's end
-                            failures += 1
-                            delay = announcer.failed(exc, failures)
-                        await asyncio.sleep(delay)
-                await asyncio.sleep(POLL_S)
+            await asyncio.to_thread(announce)
         finally:
-            engine.dispose()
+            stop.set()  # the triggerer cancelled the watcher: the thread ends at its next check
         yield  # a watcher's trigger is an async generator; it never gets here

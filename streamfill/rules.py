@@ -1,9 +1,9 @@
-"""What a column's rules mean, defined once (docs/pipelines.md, "Rules"): the order they are checked in, the test
-each applies to a value, the reason a dead letter gives and how a user reads it. Three readers translate these
+"""What a column's rules mean, defined once (docs/pipelines.md, "Rules"): the order they are checked in, when a
+value breaks each, the reason a dead letter gives and how a user reads it. Three readers translate these
 values and none re-defines them: the Spark checks of a pipeline (spark_jobs.pipelines.compile), the read's own
 typing (connectors.kafka.json_values) and the quality expectations (spark_jobs.pipelines.expectations).
 
-A null value breaks only `required`: every other test of a null is unknown, which breaks nothing (as in SQL).
+A null value breaks only `required`: every other comparison with a null is unknown, which breaks nothing (as in SQL).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any
 
 
-class Test(Enum):
-    """How a value breaks a rule, in terms each reader translates into its own language."""
+class BrokenWhen(Enum):
+    """When a value breaks a rule, in terms each reader translates into its own language."""
 
     MISSING = "missing"  # the field is absent or null
     BELOW = "below"  # value < operand
@@ -35,21 +35,22 @@ class Shown(Enum):
 
 @dataclass(frozen=True)
 class _Meaning:
-    test: Test
+    broken_when: BrokenWhen
     reason: str  # the dead letter's reason, {column} and {operand} filled in
     shown: Shown
 
 
 # the entry's keys, in the order a record is checked; required comes before the value is typed
 MEANINGS: dict[str, _Meaning] = {
-    "required": _Meaning(Test.MISSING, "missing field {column} (required)", Shown.NOTHING),
-    "min": _Meaning(Test.BELOW, "{column} below min {operand}", Shown.VALUE),
-    "max": _Meaning(Test.ABOVE, "{column} above max {operand}", Shown.VALUE),
-    "in": _Meaning(Test.NOT_IN, "{column} not in [{operand}]", Shown.VALUE),
-    "pattern": _Meaning(Test.NO_MATCH, "{column} does not match pattern {operand}", Shown.VALUE),
-    "max_length": _Meaning(Test.LONGER, "{column} longer than max_length {operand}", Shown.LENGTH),
+    "required": _Meaning(BrokenWhen.MISSING, "missing field {column} (required)", Shown.NOTHING),
+    "min": _Meaning(BrokenWhen.BELOW, "{column} below min {operand}", Shown.VALUE),
+    "max": _Meaning(BrokenWhen.ABOVE, "{column} above max {operand}", Shown.VALUE),
+    "in": _Meaning(BrokenWhen.NOT_IN, "{column} not in [{operand}]", Shown.VALUE),
+    "pattern": _Meaning(BrokenWhen.NO_MATCH, "{column} does not match pattern {operand}", Shown.VALUE),
+    "max_length": _Meaning(BrokenWhen.LONGER, "{column} longer than max_length {operand}", Shown.LENGTH),
 }
 KEYS = tuple(MEANINGS)
+BOUNDS = (BrokenWhen.BELOW, BrokenWhen.ABOVE)  # the rules a bound in the column's type gives (min, max)
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class Rule:
             object.__setattr__(self, "operand", tuple(self.operand))
 
     @property
-    def test(self) -> Test:
-        return MEANINGS[self.key].test
+    def broken_when(self) -> BrokenWhen:
+        return MEANINGS[self.key].broken_when
 
     @property
     def shown(self) -> Shown:
@@ -75,8 +76,8 @@ class Rule:
 
     @property
     def on_typed_value(self) -> bool:
-        """False for required, checked on the field before its type; the others test the typed value."""
-        return self.test is not Test.MISSING
+        """False for required, checked on the field before its type; the others look at the typed value."""
+        return self.broken_when is not BrokenWhen.MISSING
 
     def reason(self, column: str) -> str:
         """The dead letter's reason, without what it shows: `amount above max 1000000`."""
@@ -84,13 +85,15 @@ class Rule:
 
     def __str__(self) -> str:
         """As a user reads it: `required`, `min 0`, `in [EUR, USD]`, `max_length 64`."""
-        if self.test is Test.MISSING:
+        if self.broken_when is BrokenWhen.MISSING:
             return self.key
-        return f"{self.key} [{self._operand_text}]" if self.test is Test.NOT_IN else f"{self.key} {self._operand_text}"
+        if self.broken_when is BrokenWhen.NOT_IN:
+            return f"{self.key} [{self._operand_text}]"
+        return f"{self.key} {self._operand_text}"
 
     @property
     def _operand_text(self) -> str:
-        return ", ".join(map(str, self.operand)) if self.test is Test.NOT_IN else str(self.operand)
+        return ", ".join(map(str, self.operand)) if self.broken_when is BrokenWhen.NOT_IN else str(self.operand)
 
 
 def rules_of(given: Mapping[str, Any]) -> tuple[Rule, ...]:
@@ -102,4 +105,4 @@ def rules_of(given: Mapping[str, Any]) -> tuple[Rule, ...]:
 
 def as_mapping(rules: tuple[Rule, ...]) -> dict[str, Any]:
     """The entry's form of these rules, which `rules_of` reads back."""
-    return {r.key: list(r.operand) if r.test is Test.NOT_IN else r.operand for r in rules}
+    return {r.key: list(r.operand) if r.broken_when is BrokenWhen.NOT_IN else r.operand for r in rules}

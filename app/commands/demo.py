@@ -79,16 +79,6 @@ def _table(name: str):
     return table(bare, schema=schema)
 
 
-def _announced(engine, job: str) -> int:
-    from offsets_db import announcements
-    from streamfill.errors import UnknownJob
-
-    try:
-        return len(announcements.announced(engine, job))
-    except UnknownJob:
-        return 0
-
-
 def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], None]) -> list[tuple]:
     """Wait until the stream's commits are announced and the downstream DAG ran for each new announcement; its
     runs as (key, commits, state, orders, revenue, runs of the key)."""
@@ -125,7 +115,7 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
     from sqlalchemy import func, select
 
     from app.stack.airflow import reserialize
-    from offsets_db import queries
+    from offsets_db import announcements, queries
     from offsets_db.engine import make_engine
     from orchestration.airflow_api import AirflowApi
     from spark_jobs.demo.produce import ensure_topic, produce
@@ -146,7 +136,7 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
     reserialize(settings)
     api = AirflowApi(settings)
     engine = make_engine(settings.offsets_db_url)
-    announced_before = _announced(engine, spec.name)
+    announced_before = announcements.delivered_count(engine, spec.name)
     runs = [(dag_ids.stream(spec.name), {"trigger": "available-now"}),
             (dag_ids.REPLAY, {"job": spec.name, "from": window_start.isoformat(), "to": window_end.isoformat(),
                                    "mode": REPLACE, "table": WINDOW_TABLE})]

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamfill.errors import OptionError
-from streamfill.rules import KEYS, MEANINGS, Rule, Test, as_mapping, rules_of
+from streamfill.rules import KEYS, MEANINGS, BrokenWhen, Rule, as_mapping, rules_of
 
 PARSED = "_parsed"  # true: the reader typed this record and every rule it checks passed
 PREFIX = "_p_"  # the reader's typed value of column c is in _p_c
@@ -53,20 +53,22 @@ _LARGEST = 50_000  # larger values (where a key could be that long) are left to 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-# each test of streamfill.rules the reader checks, as Arrow computes it: true where the rule is broken (null: not)
+# when a value breaks a rule (streamfill.rules), for the rules the reader checks, as Arrow computes it: true where
+# the rule is broken (null: not broken)
 CHECKED = {
-    Test.MISSING: lambda arr, _: arr.is_null(),  # no value, or one already left to Spark
-    Test.BELOW: lambda arr, bound: pc.less(_comparable(arr), _bound(bound, arr)),
-    Test.ABOVE: lambda arr, bound: pc.greater(_comparable(arr), _bound(bound, arr)),
-    Test.NOT_IN: lambda arr, values: pc.and_(arr.is_valid(), pc.invert(pc.is_in(arr, _allowed(values, arr.type)))),
-    Test.LONGER: lambda arr, length: pc.greater(pc.utf8_length(arr), length),
-}  # pattern (Test.NO_MATCH) is Java's regular expressions: Spark checks it on the typed text
+    BrokenWhen.MISSING: lambda arr, _: arr.is_null(),  # no value, or one already left to Spark
+    BrokenWhen.BELOW: lambda arr, bound: pc.less(_comparable(arr), _bound(bound, arr)),
+    BrokenWhen.ABOVE: lambda arr, bound: pc.greater(_comparable(arr), _bound(bound, arr)),
+    BrokenWhen.NOT_IN: lambda arr, values: pc.and_(arr.is_valid(),
+                                                   pc.invert(pc.is_in(arr, _allowed(values, arr.type)))),
+    BrokenWhen.LONGER: lambda arr, length: pc.greater(pc.utf8_length(arr), length),
+}  # pattern (BrokenWhen.NO_MATCH) is Java's regular expressions: Spark checks it on the typed text
 
 
 @dataclass(frozen=True)
 class ValueColumn:
     """One typed column: the value's top-level `field`, its type and the rules the reader checks (streamfill.rules,
-    tests in CHECKED). The operands of min and max are in the column's terms as Spark computes them: whole
+    those in CHECKED). The operands of min and max are in the column's terms as Spark computes them: whole
     numbers, a float, decimal text, epoch days (date) or epoch microseconds (timestamp)."""
 
     name: str
@@ -75,7 +77,7 @@ class ValueColumn:
     rules: tuple[Rule, ...] = ()
 
     def __post_init__(self) -> None:
-        left = [r.key for r in self.rules if r.test not in CHECKED]
+        left = [r.key for r in self.rules if r.broken_when not in CHECKED]
         if left:
             raise ValueError(f"the read does not check {', '.join(left)}; leave those rules to Spark")
 
@@ -186,7 +188,7 @@ def _refused_by_jackson(value: bytes) -> bool:
             or _LONG_NUMBER.search(value) is not None)
 
 
-_KEYS = {"name", "field", "type", *(key for key in KEYS if MEANINGS[key].test in CHECKED)}
+_KEYS = {"name", "field", "type", *(key for key in KEYS if MEANINGS[key].broken_when in CHECKED)}
 
 
 def _column(doc: dict) -> ValueColumn:
@@ -200,10 +202,10 @@ def _column(doc: dict) -> ValueColumn:
 
 def can_check(type_: str, rules: tuple[Rule, ...]) -> bool:
     """Whether the reader can type a column of this type and check these rules but the ones it leaves to Spark
-    (tests outside CHECKED): an `in` list only of text, or of whole numbers for an int or bigint column."""
+    (those outside CHECKED): an `in` list only of text, or of whole numbers for an int or bigint column."""
     if type_ not in SCALARS and not _DECIMAL.fullmatch(type_.replace(" ", "")):
         return False
-    return all(r.test is not Test.NOT_IN or type_ == "string" or type_ in ("int", "bigint") and all(
+    return all(r.broken_when is not BrokenWhen.NOT_IN or type_ == "string" or type_ in ("int", "bigint") and all(
         type(v) is int for v in r.operand) for r in rules)
 
 
@@ -236,7 +238,7 @@ def _typed(c: ValueColumn, raw: list, ok: np.ndarray) -> pa.Array:
     else:
         arr = _decimals(raw, ok, c.arrow)
     for rule in c.rules:
-        _clear(ok, CHECKED[rule.test](arr, rule.operand))
+        _clear(ok, CHECKED[rule.broken_when](arr, rule.operand))
     return arr
 
 

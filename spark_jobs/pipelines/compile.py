@@ -25,7 +25,7 @@ from connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonCo
 from spark_jobs.pipelines.spec import Column, PipelineSpec
 from spark_jobs.pipelines.types import NUMERIC
 from streamfill.errors import OptionError
-from streamfill.rules import Rule, Shown, Test
+from streamfill.rules import BOUNDS, BrokenWhen, Rule, Shown
 
 CORRUPT = "_corrupt"
 STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
@@ -84,9 +84,6 @@ def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
         return _typed_columns[key]
 
 
-_BOUNDS = (Test.BELOW, Test.ABOVE)
-
-
 def _with_bounds(spec: PipelineSpec) -> JsonColumns:
     """The entry's columns for the reader with the rules it checks, each min and max as Spark casts it (the same
     `_bound` the checks compare with), computed once on the driver from a one-row local relation. A bound Spark
@@ -97,7 +94,7 @@ def _with_bounds(spec: PipelineSpec) -> JsonColumns:
     for name, c in spec.columns.items():
         kind = c.column_type.name
         for rule in spec.rules(name):
-            if rule.test in _BOUNDS:
+            if rule.broken_when in BOUNDS:
                 bound = _bound(rule.operand, c)
                 bound = (F.unix_micros(bound) if kind == "timestamp" else F.unix_date(bound) if kind == "date"
                          else bound.cast("string") if kind == "decimal" else bound)
@@ -106,8 +103,8 @@ def _with_bounds(spec: PipelineSpec) -> JsonColumns:
     got = spark.createDataFrame([(0,)], "x int").select(*bounds).first().asDict() if bounds else {}
 
     def checked_in_read(name: str) -> tuple[Rule, ...]:
-        rules = [Rule(r.key, got[f"{r.key}_{name}"]) if r.test in _BOUNDS else r
-                 for r in spec.rules(name) if r.test in CHECKED]
+        rules = [Rule(r.key, got[f"{r.key}_{name}"]) if r.broken_when in BOUNDS else r
+                 for r in spec.rules(name) if r.broken_when in CHECKED]
         return tuple(r for r in rules if r.operand is not None)
 
     return JsonColumns(tuple(
@@ -301,7 +298,7 @@ def _checks_left_by_the_read(spec: PipelineSpec) -> list[tuple[SparkColumn, Spar
     out = []
     for name, c in spec.columns.items():
         v = F.col(f"_c_{name}.v")
-        out += [_check(name, c, rule, v, v) for rule in spec.rules(name) if rule.test not in CHECKED]
+        out += [_check(name, c, rule, v, v) for rule in spec.rules(name) if rule.broken_when not in CHECKED]
     return out
 
 
@@ -336,14 +333,14 @@ def _column_checks(name: str, c: Column, rules: tuple[Rule, ...], raw: SparkColu
     return out + [_check(name, c, rule, raw, v) for rule in rules if rule.on_typed_value]
 
 
-# each test of streamfill.rules as a Spark condition on the field's text (raw) and its typed value (v)
+# when a value breaks a rule (streamfill.rules), as a Spark condition on the field's text (raw) and its typed value (v)
 _BROKEN = {
-    Test.MISSING: lambda raw, v, c, _: raw.isNull(),
-    Test.BELOW: lambda raw, v, c, bound: v < _bound(bound, c),
-    Test.ABOVE: lambda raw, v, c, bound: v > _bound(bound, c),
-    Test.NOT_IN: lambda raw, v, c, values: ~v.isin(*values),
-    Test.NO_MATCH: lambda raw, v, c, pattern: ~v.rlike(pattern),
-    Test.LONGER: lambda raw, v, c, length: F.length(v) > length,
+    BrokenWhen.MISSING: lambda raw, v, c, _: raw.isNull(),
+    BrokenWhen.BELOW: lambda raw, v, c, bound: v < _bound(bound, c),
+    BrokenWhen.ABOVE: lambda raw, v, c, bound: v > _bound(bound, c),
+    BrokenWhen.NOT_IN: lambda raw, v, c, values: ~v.isin(*values),
+    BrokenWhen.NO_MATCH: lambda raw, v, c, pattern: ~v.rlike(pattern),
+    BrokenWhen.LONGER: lambda raw, v, c, length: F.length(v) > length,
 }
 
 
@@ -354,7 +351,7 @@ def _check(name: str, c: Column, rule: Rule, raw: SparkColumn, v: SparkColumn) -
         reason = F.concat(reason, F.lit(": "), _shown(raw))
     elif rule.shown is Shown.LENGTH:
         reason = F.concat(reason, F.lit(": "), F.length(v).cast("string"), F.lit(" characters"))
-    return _BROKEN[rule.test](raw, v, c, rule.operand), reason
+    return _BROKEN[rule.broken_when](raw, v, c, rule.operand), reason
 
 
 def _bound(value, c: Column) -> SparkColumn:

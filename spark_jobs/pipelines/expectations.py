@@ -11,7 +11,7 @@ from typing import Any
 
 from spark_jobs.pipelines.spec import COORDINATES, Column, PipelineSpec
 from streamfill.errors import OptionError
-from streamfill.rules import Rule, Test
+from streamfill.rules import BOUNDS, BrokenWhen, Rule
 
 
 def class_name(snake: str) -> str:
@@ -47,9 +47,9 @@ def from_rules(spec: PipelineSpec) -> list:
     out: list = []
     for name, c in spec.columns.items():
         rules = spec.rules(name)
-        bounds = {r.test: _bound(c, r.operand) for r in rules if r.test in (Test.BELOW, Test.ABOVE)}
+        bounds = {r.broken_when: _bound(c, r.operand) for r in rules if r.broken_when in BOUNDS}
         for rule in rules:
-            if rule.test is Test.ABOVE and Test.BELOW in bounds:
+            if rule.broken_when is BrokenWhen.ABOVE and BrokenWhen.BELOW in bounds:
                 continue  # one expectation between min and max
             out.append(_expectation(gxe, name, rule, bounds))
     business = [k for k in spec.key if k not in COORDINATES]
@@ -62,17 +62,17 @@ def from_rules(spec: PipelineSpec) -> list:
     return out
 
 
-def _expectation(gxe: Any, column: str, rule: Rule, bounds: dict[Test, Any]) -> Any:
-    """The expectation that fails on the rows a rule's test breaks (GX's bounds are inclusive, as the rules')."""
-    test = rule.test
-    if test is Test.MISSING:
+def _expectation(gxe: Any, column: str, rule: Rule, bounds: dict[BrokenWhen, Any]) -> Any:
+    """The expectation that fails on the rows that break the rule (GX's bounds are inclusive, as the rules')."""
+    broken_when = rule.broken_when
+    if broken_when is BrokenWhen.MISSING:
         return gxe.ExpectColumnValuesToNotBeNull(column=column)
-    if test in (Test.BELOW, Test.ABOVE):
-        return gxe.ExpectColumnValuesToBeBetween(column=column, min_value=bounds.get(Test.BELOW),
-                                                 max_value=bounds.get(Test.ABOVE))
-    if test is Test.NOT_IN:
+    if broken_when in BOUNDS:
+        return gxe.ExpectColumnValuesToBeBetween(column=column, min_value=bounds.get(BrokenWhen.BELOW),
+                                                 max_value=bounds.get(BrokenWhen.ABOVE))
+    if broken_when is BrokenWhen.NOT_IN:
         return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(rule.operand))
-    if test is Test.NO_MATCH:
+    if broken_when is BrokenWhen.NO_MATCH:
         return gxe.ExpectColumnValuesToMatchRegex(column=column, regex=rule.operand)
     return gxe.ExpectColumnValueLengthsToBeBetween(column=column, max_value=rule.operand)
 

@@ -174,7 +174,7 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
 {ORDERS_COLUMNS}    """
         with dropped_file(stack_settings, name, entry):
             run_id = api.trigger(stream_dag, {})
-            _wait(lambda: _delivered(store, name) >= 1, 300, "a first announcement")
+            _wait(lambda: announcements.delivered_count(store.engine, name) >= 1, 300, "a first announcement")
             jvm = _wait(lambda: _spark_submit_of(name), 60, "the stream's spark-submit")[0]
             os.killpg(os.getpgid(jvm), signal.SIGKILL)  # Airflow's retry resumes the stream
             produce(bootstrap, name, 3000, bad_ratio=0.02, seed=2)
@@ -237,11 +237,3 @@ def _commits(store: OffsetStore, job: str) -> int:
     return found[-1].number if found else 0
 
 
-def _delivered(store: OffsetStore, job: str) -> int:
-    """How many of the job's announcements were delivered; 0 before its first launch created it."""
-    from streamfill.errors import UnknownJob
-
-    try:
-        return len(announcements.announced(store.engine, job))
-    except UnknownJob:
-        return 0

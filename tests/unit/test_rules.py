@@ -11,7 +11,7 @@ import pytest
 
 from connectors.kafka.json_values import ValueColumn
 from spark_jobs.pipelines import PipelineSpec
-from streamfill.rules import KEYS, Rule, Test, as_mapping, rules_of
+from streamfill.rules import KEYS, BrokenWhen, Rule, as_mapping, rules_of
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +44,7 @@ def test_the_entry_form_round_trips_and_reads_as_a_user_writes_it():
     rules = SPEC.rules("currency")
     assert rules_of(as_mapping(rules)) == rules and as_mapping(rules) == {"in": ["EUR", "USD", "GBP"]}
     assert [str(r) for r in SPEC.rules("amount")] == ["required", "min 0", "max 1000000"]
-    assert str(Rule("in", ["a", "b"])) == "in [a, b]" and Rule("in", ["a"]).test is Test.NOT_IN
+    assert str(Rule("in", ["a", "b"])) == "in [a, b]" and Rule("in", ["a"]).broken_when is BrokenWhen.NOT_IN
     assert rules_of({"required": False, "min": None, "max": Decimal("5")}) == (Rule("max", Decimal("5")),)
     with pytest.raises(ValueError, match="'minimum' is not a rule"):
         Rule("minimum", 1)
