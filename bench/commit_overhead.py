@@ -22,15 +22,14 @@ import uuid
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
-from app.stack.postgres import admin_url
 from connectors.postgres import stage, target
 from connectors.postgres.sink_options import SinkOptions
 from connectors.postgres.target import Column
 from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
+from leftovers import scratch_database
 from offsets_db.exactly_once import PlannedRange
-from offsets_db.migrate import upgrade
 from offsets_db.store import OffsetStore
 from streamfill.settings import get_settings
 
@@ -212,14 +211,10 @@ def main() -> None:
     ap.add_argument("--history-rows", type=int, default=1_000_000)
     ap.add_argument("--only", choices=("commit", "views", "stage"), help="run one of the parts")
     args = ap.parse_args()
-    s = get_settings()
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
-    url = make_url(s.offsets_db_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
+    from offsets_db.engine import dispose_shared
+
+    # everything the run makes (jobs, tables, stages) lives in a database of its own; it touches no topic
+    with scratch_database(get_settings(), "bench", before_drop=dispose_shared) as url:
         if args.only in (None, "commit"):
             console.print(commit_bench(url, args.batches))
         if args.only in (None, "stage"):
@@ -228,16 +223,6 @@ def main() -> None:
             console.print(view_bench(url, args.history_rows))
         console.print(f"targets: commit overhead <= {TARGET_MS['commit']:.0f} ms median at 64 partitions; "
                       f"each view query <= {TARGET_MS['view']:.0f} ms")
-    finally:
-        from offsets_db.engine import dispose_shared
-
-        dispose_shared()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
-        # everything the run made (jobs, tables, stages) lived in that database; it touches no topic
-        console.print(f"removed database {name}")
-
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -153,6 +155,34 @@ class Leftovers:
                 shutil.rmtree(path)
                 out.append(str(path))
         return out
+
+
+@contextmanager
+def scratch_database(settings: Settings, prefix: str, before_drop: Callable[[], None] = lambda: None) -> Iterator[str]:
+    """A database of its own for a run, with offsets_db's tables: its URL. It is dropped with all it holds when the
+    run ends or fails (after `before_drop`, which closes the run's own connections), so the run touches nothing of
+    the user's database."""
+    import uuid
+
+    from sqlalchemy import create_engine, make_url, text
+
+    from app.stack.postgres import admin_url
+    from offsets_db.migrate import upgrade
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url(settings), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{settings.db_user}"'))
+    try:
+        url = make_url(settings.offsets_db_url).set(database=name).render_as_string(hide_password=False)
+        upgrade(url)
+        yield url
+    finally:
+        before_drop()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+        print(f"removed database {name}", flush=True)
 
 
 def measured(measure, args: argparse.Namespace, *before) -> None:

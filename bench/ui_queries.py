@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import uuid
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
-from app.stack.postgres import admin_url
-from offsets_db.migrate import upgrade
+from leftovers import scratch_database
 from streamfill.settings import get_settings
 
 console = Console()
@@ -125,29 +123,19 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    s = get_settings()
-    name = f"streamfill_bench_ui_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url(s), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{s.db_user}"'))
-    url = make_url(s.offsets_db_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
-        start = time.perf_counter()
-        generate(url, args.batches)
-        console.print(f"generated {args.batches:,} batches in {time.perf_counter() - start:.1f} s ({name})")
-        console.print(measure(url, args.batches, args.repeat))
-    finally:
-        from orchestration.ui import db
+    from orchestration.ui import db
 
+    def close() -> None:
         if db._engine is not None:
             db._engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
-        # everything the run made (jobs, tables, stages) lived in that database; it touches no topic
-        console.print(f"removed database {name}")
 
+    # everything the run makes (jobs, tables, stages) lives in a database of its own; it touches no topic
+    with scratch_database(get_settings(), "streamfill_bench_ui", before_drop=close) as url:
+        start = time.perf_counter()
+        generate(url, args.batches)
+        console.print(f"generated {args.batches:,} batches in {time.perf_counter() - start:.1f} s "
+                      f"({make_url(url).database})")
+        console.print(measure(url, args.batches, args.repeat))
 
 if __name__ == "__main__":
     main()

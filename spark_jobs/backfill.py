@@ -19,17 +19,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from connectors.kafka.broker import Broker
 from connectors.postgres.sink_options import APPEND_NEW, MODES
 from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
-from spark_jobs import pipelines
 from spark_jobs.backfill_plan import DEFAULT_CHUNK, Window, next_chunk, parse_spec, progress, remaining, resolve_window
-from spark_jobs.pipelines import PipelineSpec, registry
 from spark_jobs.runs import (
+    NamesAnEntry,
     console,
+    entry_of,
     err,
     fail,
     job_session,
@@ -53,7 +52,7 @@ IN_FLIGHT = 2  # chunks written at once: one is planned or commits while the oth
 
 
 @dataclass(frozen=True)
-class BackfillArgs:
+class BackfillArgs(NamesAnEntry):
     """A backfill's arguments, checked when made (before anything is read or recorded)."""
 
     job: str
@@ -82,17 +81,6 @@ class BackfillArgs:
         wait_seconds(self.wait_for_job)
         self.entry  # noqa: B018 - the entry must exist
 
-    @cached_property
-    def entry(self) -> PipelineSpec:
-        """The entry, read from the jobs file once per argument set."""
-        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
-
-    @cached_property
-    def spec(self) -> PipelineSpec:
-        """The entry as the launch runs it: an entry that names a registry subject instead of columns gets the
-        columns of the subject's latest version, looked up once, here."""
-        return registry.resolved(self.entry)
-
     @classmethod
     def from_flags(cls, *, job: str, topic: str | None = None, from_: str, to: str, table: str | None = None,
                    mode: str | None = None, pipeline: str | None = None, **flags) -> BackfillArgs:
@@ -102,7 +90,7 @@ class BackfillArgs:
         with - and . turned into _."""
         validate_job_name(job, "--job")
         if topic is None:
-            spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+            spec = entry_of(job, pipeline)
             if spec.topic is None:
                 raise OptionError("--topic", None, f"is needed: entry {spec.name!r} reads several topics "
                                   f"({spec.topics_option[1]}) and a backfill reads one",
@@ -225,27 +213,29 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
     broker = Broker(kafka)
     started = time.monotonic()
     check_job(args, store)
-    prep = prepare(args, broker, store)
-    window, total = prep.window, prep.window.total
-    summary = Summary(args.job, prep.state, window.to_json())
+
+    def planned() -> tuple[Prepared, Summary]:
+        """The plan as offsets_db has it now, with the summary of a launch that finds it complete."""
+        prep = prepare(args, broker, store)
+        summary = Summary(args.job, prep.state, prep.window.to_json())
+        if prep.state == "complete":
+            if on_progress:
+                on_progress(prep.window.total, prep.window.total)
+            summary.seconds = time.monotonic() - started
+        return prep, summary
+
+    prep, summary = planned()
     if prep.state == "complete":
-        if on_progress:
-            on_progress(total, total)
-        summary.seconds = time.monotonic() - started
         return summary
     register(spark)
     check_table(args, spark, kafka, url)
     store.ensure_job(args.job, "backfill")  # the job must exist to be held; its plan is recorded once held
     with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
                     on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
-        prep = prepare(args, broker, store)  # again: another launch may have moved the job while this one waited
-        window, total = prep.window, prep.window.total
-        summary = Summary(args.job, prep.state, window.to_json())
+        prep, summary = planned()  # again: another launch may have moved the job while this one waited
         if prep.state == "complete":
-            if on_progress:
-                on_progress(total, total)
-            summary.seconds = time.monotonic() - started
             return summary
+        window, total = prep.window, prep.window.total
         record(args, prep, store)
         if on_progress:
             on_progress(total - remaining(window, prep.done), total)

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 from rich.console import Console
@@ -18,7 +19,8 @@ from sqlalchemy import make_url
 
 from offsets_db.fencing import Lease
 from offsets_db.store import OffsetStore
-from spark_jobs.pipelines import PipelineSpec
+from spark_jobs import pipelines
+from spark_jobs.pipelines import PipelineSpec, registry
 from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.kafka_client import describe
@@ -29,6 +31,26 @@ console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
 err = Console(stderr=True, soft_wrap=True)
 
 A = TypeVar("A")
+
+
+def entry_of(job: str, pipeline: str | None) -> PipelineSpec:
+    """The jobs file's entry a launch runs: the one --pipeline names, else the one named like --job."""
+    return pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+
+
+class NamesAnEntry:
+    """The arguments of a launch that runs a jobs file's entry: `pipeline`, else the one named like `job`."""
+
+    @cached_property
+    def entry(self) -> PipelineSpec:
+        """The entry, read from the jobs file once per argument set."""
+        return entry_of(self.job, self.pipeline)
+
+    @cached_property
+    def spec(self) -> PipelineSpec:
+        """The entry as the launch runs it: an entry that names a registry subject instead of columns gets the
+        columns of the subject's latest version, looked up once, here."""
+        return registry.resolved(self.entry)
 
 
 def flag(name: str) -> str:

@@ -14,14 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 from offsets_db.store import OffsetStore
-from spark_jobs import pipelines
-from spark_jobs.pipelines import PipelineSpec, registry
 from spark_jobs.runs import (
+    NamesAnEntry,
     console,
+    entry_of,
     fail,
     job_session,
     kafka_options,
@@ -43,7 +42,7 @@ from streamfill.settings import get_settings
 
 
 @dataclass(frozen=True)
-class StreamArgs:
+class StreamArgs(NamesAnEntry):
     """A stream's arguments, checked when made (before anything is read or recorded)."""
 
     job: str
@@ -68,17 +67,6 @@ class StreamArgs:
                               "give the most offsets one micro-batch may read, e.g. 100000")
         self.entry  # noqa: B018 - the entry must exist
 
-    @cached_property
-    def entry(self) -> PipelineSpec:
-        """The entry, read from the jobs file once per argument set."""
-        return pipelines.entry(self.pipeline or self.job, "--pipeline" if self.pipeline else "--job")
-
-    @cached_property
-    def spec(self) -> PipelineSpec:
-        """The entry as the launch runs it: an entry that names a registry subject instead of columns gets the
-        columns of the subject's latest version, looked up once, here."""
-        return registry.resolved(self.entry)
-
     @property
     def subscription(self) -> tuple[str, str]:
         """The source's subscription option: --topic, else the entry's (entry.topics_option)."""
@@ -91,7 +79,7 @@ class StreamArgs:
         """What a flag leaves out comes from the entry (the one named by --pipeline, else by --job): topic, table,
         trigger, max offsets per trigger. `checkpoint` defaults to STREAMFILL_HOME/checkpoints/JOB."""
         validate_job_name(job, "--job")
-        spec = pipelines.entry(pipeline or job, "--pipeline" if pipeline else "--job")
+        spec = entry_of(job, pipeline)
         return cls(job=job, topic=topic, table=table or spec.table,
                    checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
                    trigger=trigger or spec.trigger,
