@@ -43,10 +43,12 @@ def p95(xs: list[float]) -> float:
     return sorted(xs)[max(0, int(round(0.95 * len(xs))) - 1)]
 
 
-def rows_batch(partitions: int, count: int, base: int) -> pa.RecordBatch:
+def rows_batch(partitions: int, count: int, first: int) -> pa.RecordBatch:
+    """`count` rows spread over the partitions, each partition's offsets from `first` on: the range the batch
+    planned for it (the commit checks that the staged rows are the batch's)."""
     return pa.record_batch({
         "topic": pa.array(["bench"] * count), "partition": pa.array([i % partitions for i in range(count)], pa.int32()),
-        "offset": pa.array([base + i for i in range(count)], pa.int64()),
+        "offset": pa.array([first + i // partitions for i in range(count)], pa.int64()),
         "value": pa.array([b'{"order": %d, "amount": 12.5}' % i for i in range(count)], pa.binary())})
 
 
@@ -86,7 +88,8 @@ def commit_bench(url: str, batches: int) -> Table:
                     if with_job:
                         store.record_planned(name, [PlannedRange("bench", p, i * per, (i + 1) * per, 0, (i + 1) * per)
                                                     for p in range(partitions)])
-                    messages = [_stage(plan, iter([rows_batch(partitions, count, i * count)]))] if count else []
+                    rows = rows_batch(partitions, per * partitions, i * per)
+                    messages = [_stage(plan, iter([rows]))] if count else []
                     started = time.perf_counter()
                     _commit(plan, messages, i)
                     timings[with_job].append((time.perf_counter() - started) * 1000)
@@ -126,7 +129,7 @@ def stage_bench(url: str, batches: int) -> Table:
                 store.record_planned(name, [PlannedRange("bench", p, i * count // 16, (i + 1) * count // 16, 0,
                                                          (i + 1) * count // 16) for p in range(16)])
                 started = time.perf_counter()
-                message = _stage(plan, iter([rows_batch(16, count, i * count)]))
+                message = _stage(plan, iter([rows_batch(16, count, i * count // 16)]))
                 if kind == "unlogged":
                     counted = time.perf_counter()
                     with conn.cursor() as cur:

@@ -17,5 +17,14 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+def head() -> str:
+    """The newest revision the migrations bring."""
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
 def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)

@@ -73,7 +73,8 @@ class Batch(Base):
     __table_args__ = (UniqueConstraint("job_id", "seq", name="batches_job_seq"),
                       UniqueConstraint("job_id", "commit_no", name="batches_job_commit_no"),
                       Index("batches_job_committed", "job_id", "committed_at"),
-                      Index("batches_job_planned", "job_id", "planned_at"))
+                      Index("batches_job_planned", "job_id", "planned_at"),
+                      Index("batches_run", "run_id"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -97,6 +98,7 @@ class JobLease(Base):
     its launch's generation in its own transaction, so a launch that lost the job can never write for it."""
 
     __tablename__ = "job_leases"
+    __table_args__ = (Index("job_leases_run", "run_id"),)
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger)
@@ -126,6 +128,7 @@ class Snapshot(Base):
     """Resume state: the next offset per (job, topic, partition), written in the commit transaction."""
 
     __tablename__ = "snapshots"
+    __table_args__ = (Index("snapshots_batch", "batch_id"),)
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     topic: Mapped[str] = mapped_column(String(249), primary_key=True)
@@ -137,7 +140,7 @@ class Snapshot(Base):
 
 class DataLossEvent(Base):
     __tablename__ = "data_loss_events"
-    __table_args__ = (Index("ix_data_loss_events_job_id", "job_id"),)
+    __table_args__ = (Index("ix_data_loss_events_job_id", "job_id"), Index("data_loss_events_batch", "batch_id"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -155,7 +158,8 @@ class DeadLetter(Base):
 
     __tablename__ = "dead_letters"
     __table_args__ = (UniqueConstraint("job_id", "topic", "partition", "offset", name="dead_letters_key"),
-                      Index("dead_letters_job_created", "job_id", "created_at"))
+                      Index("dead_letters_job_created", "job_id", "created_at"),
+                      Index("dead_letters_batch", "batch_id"))  # each batch deleted sets its batch_id to null
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -173,7 +177,7 @@ class QualityResult(Base):
 
     __tablename__ = "quality_results"
     __table_args__ = (Index("quality_results_job_checked", "job_id", "checked_at"),
-                      Index("ix_quality_results_job_id", "job_id"))
+                      Index("ix_quality_results_job_id", "job_id"), Index("quality_results_run", "run_id"))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))

@@ -2,9 +2,10 @@
 
 A job's DAGs: those streamfill makes for its entry (the entry named like the job, or the one a window, replay or
 backfill is named after: `orders.interval.…`), and every DAG offsets_db recorded as having launched it
-(runs.dag_id) but the replay form all entries share. A user sees a job when Airflow lets them read the runs of one of its DAGs: a team's
-roles name its entries' DAGs, and whoever may read a DAG's runs already sees in Airflow what they launched. A job
-with no such DAG (a CLI launch under a name of its own) is shown to those who may read every DAG.
+(runs.dag_id) but the replay form all entries share. A user sees a job when Airflow lets them read the runs of
+one of its DAGs: a team's roles name its entries' DAGs, and whoever may read a DAG's runs already sees in Airflow
+what they launched. A job with no such DAG (a CLI launch under a name of its own) is shown to those who may read
+every DAG.
 """
 
 from __future__ import annotations

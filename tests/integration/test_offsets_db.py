@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.stack.postgres import admin_url
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.engine import make_engine
-from offsets_db.migrate import upgrade
+from offsets_db.migrate import head, upgrade
 from offsets_db.models import Batch, BatchOffset, Job, Snapshot
 from offsets_db.store import OffsetStore
 from streamfill.errors import ProtocolError
@@ -113,13 +113,13 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
         left = conn.execute(text("SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                                  "WHERE n.nspname = 'public'")).scalars().all()
         assert left == [], f"left in public: {left}"
-    head = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
-    assert head.returncode == 0, head.stderr
+    newest = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert newest.returncode == 0, newest.stderr
     with engine.begin() as conn:  # 0007 numbers the commits made before it, the outbox of announcements
         assert conn.execute(text("SELECT j.commits, array_agg(b.commit_no) FROM streamfill.jobs j JOIN "
                                  "streamfill.batches b ON b.job_id = j.id WHERE j.id = :j GROUP BY j.commits"),
                             {"j": job_id}).one() == (1, [1])
-        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0007"
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == head()
     store = OffsetStore(fresh_db)
     assert store.ensure_job("after-the-move", "stream") > job_id, "the id sequence moved with its table"
     store.engine.dispose()
@@ -141,7 +141,7 @@ def test_an_install_at_an_older_revision_gets_the_revisions_it_lacks_then_moves(
         assert conn.execute(text("SELECT name FROM streamfill.jobs")).scalars().all() == ["from-0003"]
         assert conn.execute(text("SELECT to_regclass('streamfill.job_leases') IS NOT NULL AND "
                                  "to_regclass('public.jobs') IS NULL")).scalar_one()
-        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == "0007"
+        assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == head()
     engine.dispose()
 
 
