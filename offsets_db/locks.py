@@ -19,6 +19,9 @@ from psycopg2 import sql
 log = logging.getLogger("streamfill.locks")
 
 TRY = "1s"  # one try's lock_timeout: the longest a request of ours keeps conflicting requests queued behind it
+# a try for a lock every reader of the table conflicts with (ALTER TABLE's ACCESS EXCLUSIVE): readers that come
+# while it is queued wait behind it, so it gives up within tens of milliseconds and asks again after a pause
+SHORT_TRY = "50ms"
 PAUSE_S = (0.5, 2.0)  # between tries, so what queued behind a try runs
 REPORT_EVERY_S = 30.0
 
@@ -31,19 +34,19 @@ CONFLICTS = {
 
 
 def wait_for_lock(cur, statement: sql.Composable | str, params: Sequence = (), *, what: str,
-                  holders: Callable[[object], list[str]] | None = None, sleep: Callable[[float], None] = time.sleep
-                  ) -> float:
+                  holders: Callable[[object], list[str]] | None = None, sleep: Callable[[float], None] = time.sleep,
+                  attempt: str = TRY) -> float:
     """Run `statement`, which takes a lock, inside the caller's transaction, trying until it gets the lock;
     returns the seconds waited. The transaction's own lock_timeout applies again afterwards (a later statement,
     such as an insert waiting for another writer of the same key, keeps the usual bound). `holders(cur)`
-    describes who holds the lock, for the log."""
+    describes who holds the lock, for the log; `attempt` is one try's lock_timeout."""
     started = time.monotonic()
     reported = started
     while True:
         cur.execute("SAVEPOINT sf_lock")
         cur.execute("SELECT current_setting('lock_timeout')")
         before = cur.fetchone()[0]
-        cur.execute("SELECT set_config('lock_timeout', %s, true)", (TRY,))
+        cur.execute("SELECT set_config('lock_timeout', %s, true)", (attempt,))
         try:
             cur.execute(statement, params)
         except psycopg2.errors.LockNotAvailable:

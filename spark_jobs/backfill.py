@@ -192,12 +192,13 @@ def record(args: BackfillArgs, prep: Prepared, store: OffsetStore) -> None:
 
 
 def check_table(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str) -> None:
-    """The sink's check of --table on the driver (created when missing, checked and evolved when it exists), as
-    the stream does before it records anything: a table that does not fit never leaves a plan behind."""
+    """The sink's check of --table on the driver, as the stream does before it records anything: a table that
+    does not fit never leaves a plan behind. Nothing is created or added yet: the chunks' writes do that, under
+    the launch's hold on the job."""
     from connectors.spark.postgres_sink import prepare_table
 
     prepare_table(sink_options(args.spec, args.job, args.table, args.mode, url),
-                  rows_of(args.spec, _kafka(spark, args, kafka, url)).schema)
+                  rows_of(args.spec, _kafka(spark, args, kafka, url)).schema, change=False)
 
 
 def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,

@@ -111,10 +111,11 @@ def parse_trigger(raw: str) -> dict:
     return {"processingTime": f"{found[0]} {unit}"}
 
 
-def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, generation: int | None = None):
+def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, generation: int | None = None,
+               change: bool = True):
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
-    here, so a mismatch is refused before anything is read or recorded. `generation` is this launch's hold on
-    the job: its plans and commits carry it."""
+    here, so a mismatch is refused before anything is read or recorded; with `change` False only checked (before
+    the launch holds its job). `generation` is this launch's hold on the job: its plans and commits carry it."""
     from connectors.spark import register
     from connectors.spark.postgres_sink import prepare_table
 
@@ -131,7 +132,7 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
         reader = reader.option("jobGeneration", str(generation))
     rows = rows_of(spec, reader.load())
     options = sink_options(spec, args.job, args.table, spec.mode, url, generation)
-    prepare_table(options, rows.schema)
+    prepare_table(options, rows.schema, change)
     return rows, options
 
 
@@ -159,9 +160,9 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
 
     Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
     takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
-    the query has stopped."""
+    the query has stopped. The table is created or given new columns only under that hold."""
     check_access(args, kafka)
-    query_plan(spark, args, kafka, url)
+    query_plan(spark, args, kafka, url, change=False)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
     started = time.monotonic()

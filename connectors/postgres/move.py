@@ -14,6 +14,8 @@ that moves it, so a user's DELETE or UPDATE, or another job's rows, can never be
 - A row the table refuses (a CHECK, a foreign key or a unique index of the user's, a trigger that raises) would
   fail the whole statement. The statement is then run again over halves of the stage's pages until the rows it
   refuses are found one by one; those become dead letters with PostgreSQL's reason, and every other row lands.
+  A write without dead letters has nowhere to keep such a row, so its commit fails instead, naming the row, the
+  constraint and the reason: an offset is never committed past a record that is neither a row nor a dead letter.
 """
 
 from __future__ import annotations
@@ -43,8 +45,16 @@ REFUSED = "the table refused the row: "  # how a refused row's dead letter reaso
 @dataclass(frozen=True)
 class Moved:
     rows: int  # rows inserted or replaced
-    refused: int  # rows the table refused: dead letters now (or left out, without dead letters)
+    refused: int  # rows the table refused: dead letters now
     whole: bool  # the plain INSERT took every valid staged row it was told of: the stage was not emptied
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the table refused one row: PostgreSQL's message and, when it names one, the constraint."""
+
+    reason: str
+    constraint: str | None = None
 
 
 def lock(cur, target: Target) -> float:
@@ -114,13 +124,16 @@ class _Statements:
                 sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others))
             if version:
                 # one staged row per key, its newest version; a row already there is replaced by a version at
-                # least as new (the same record read again rewrites its row), or when it has no version
-                action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(
-                    sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(v)) for v in version),
-                    sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(v)) for v in version))
+                # least as new (the same record read again rewrites its row), or when it has no version. A
+                # record without a Kafka timestamp is older than any with one (VERSION_ORDERS), in both places
+                stamp, *coordinates = version
+                action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(*(
+                    sql.SQL(", ").join([sql.SQL("coalesce({}.{}, '-infinity')").format(side, sql.Identifier(stamp)),
+                                        *(sql.SQL("{}.{}").format(side, sql.Identifier(v)) for v in coordinates)])
+                    for side in (sql.SQL("t"), sql.SQL("EXCLUDED"))))
                 self._distinct = sql.SQL("DISTINCT ON ({}) ").format(key)
                 self._order = sql.SQL(" ORDER BY {}, {}").format(key, sql.SQL(", ").join(
-                    sql.SQL("{} DESC").format(sql.Identifier(v)) for v in version))
+                    sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(v)) for v in version))
         else:
             action = sql.SQL("DO NOTHING")
         self._conflict = sql.SQL(" ON CONFLICT ({}) {}").format(key, action)
@@ -159,23 +172,38 @@ def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: 
             one = _attempt(cur, statement.merging(sql.SQL(" AND ctid = %s::tid")), (*params, tid))
             if isinstance(one, int):
                 moved += one
+            elif not stage.dead_letters:  # the first such row fails the commit: nothing else is looked for
+                raise SinkError(_nowhere(cur, target, stage, tid, one))
             else:
                 refused.append((tid, one))
     name = f"{target.schema}.{target.table}"
-    for tid, reason in refused:
-        if stage.dead_letters:
-            cur.execute(sql.SQL('INSERT INTO {d} (topic, "partition", "offset", _error, _raw, {w}) SELECT topic, '
-                                '"partition", "offset", %s, convert_to((to_jsonb(s) - %s)::text, \'UTF8\'), {w} '
-                                "FROM {s} AS s WHERE ctid = %s::tid").format(
-                d=stage.dead_ident, s=stage.ident, w=sql.Identifier(WRITE_ID)), (REFUSED + reason, WRITE_ID, tid))
+    for tid, why in refused:
+        cur.execute(sql.SQL('INSERT INTO {d} (topic, "partition", "offset", _error, _raw, {w}) SELECT topic, '
+                            '"partition", "offset", %s, convert_to((to_jsonb(s) - %s)::text, \'UTF8\'), {w} '
+                            "FROM {s} AS s WHERE ctid = %s::tid").format(
+            d=stage.dead_ident, s=stage.ident, w=sql.Identifier(WRITE_ID)), (REFUSED + why.reason, WRITE_ID, tid))
     if refused:
-        log.warning("%s: the table refused %d row(s), %s; the first: %s", name, len(refused),
-                    "kept as dead letters" if stage.dead_letters else "left out (no dead letters)", refused[0][1])
+        log.warning("%s: the table refused %d row(s), kept as dead letters; the first: %s", name, len(refused),
+                    refused[0][1].reason)
     return Moved(moved, len(refused), whole=False)
 
 
-def _attempt(cur, statement: sql.Composable, params: tuple) -> int | str:
-    """The rows the statement moved, or the reason a row error stopped it (rolled back)."""
+def _nowhere(cur, target: Target, stage: Stage, tid: str, why: Refusal) -> str:
+    """The error of a write that cannot keep a row the table refused (no dead letters): which row (its Kafka
+    coordinates where it has them, else its key), the constraint, PostgreSQL's reason and what to do."""
+    shown = [c for c in ("topic", "partition", "offset") if c in target.names] or list(target.key)
+    cur.execute(sql.SQL("SELECT {} FROM {} WHERE ctid = %s::tid").format(
+        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in shown), stage.ident), (tid,))
+    found = cur.fetchone() or [None] * len(shown)
+    row = ", ".join(f"{c} {v}" for c, v in zip(shown, found))
+    constraint = f" by constraint {why.constraint}" if why.constraint else ""
+    return (f"{target.schema}.{target.table} refused the row at {row}{constraint}: {why.reason}. Without dead "
+            "letters the row can be kept nowhere, so nothing of this batch is committed and it fails. Fix the row at its source or relax the constraint, or write with dead letters on "
+            "(deadLetters=true, a pipeline's dead_letters: true) to keep such rows in offsets_db.dead_letters")
+
+
+def _attempt(cur, statement: sql.Composable, params: tuple) -> int | Refusal:
+    """The rows the statement moved, or why a row error stopped it (rolled back)."""
     cur.execute("SAVEPOINT sf_piece")
     try:
         cur.execute(statement, params)
@@ -187,4 +215,5 @@ def _attempt(cur, statement: sql.Composable, params: tuple) -> int | str:
             raise
         cur.execute("ROLLBACK TO SAVEPOINT sf_piece")
         detail = getattr(exc.diag, "message_detail", None)
-        return (exc.diag.message_primary or str(exc).strip()) + (f" ({detail})" if detail else "")
+        return Refusal((exc.diag.message_primary or str(exc).strip()) + (f" ({detail})" if detail else ""),
+                       exc.diag.constraint_name)

@@ -31,6 +31,7 @@ DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
 # timestamps the higher (topic, partition, offset). A total order, so the row a key ends with does not depend
 # on the order batches, jobs or replays commit in; and it holds when a key's records move to another Kafka
 # partition (partitions added to a topic), where offsets of different partitions say nothing about time.
+# A record without a timestamp (NULL) is older than every record with one.
 # A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp.
 VERSION_ORDERS = (("kafka_timestamp", "topic", "partition", "offset"), ("timestamp", "topic", "partition", "offset"))
 

@@ -142,10 +142,10 @@ def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
     return dropped
 
 
-def count(cur, stage: Stage, write_ids: Sequence[str]) -> int:
-    """Rows staged under these writes (valid rows and dead letters alike)."""
+def count(cur, stage: Stage, write_ids: Sequence[str], dead_only: bool = False) -> int:
+    """Rows staged under these writes (valid rows and dead letters alike, or the dead letters alone)."""
     total = 0
-    for name, _ in stage.tables:
+    for name, _ in stage.tables[1:] if dead_only else stage.tables:
         cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} = ANY(%s)").format(
             sql.Identifier(stage.schema, name), sql.Identifier(WRITE_ID)), (list(write_ids),))
         total += cur.fetchone()[0]

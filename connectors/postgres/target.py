@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
-from offsets_db.locks import table_holders, wait_for_lock
+from offsets_db.locks import SHORT_TRY, table_holders, wait_for_lock
 from streamfill.errors import SinkError
 
 log = logging.getLogger("streamfill.postgres_target")
@@ -78,7 +78,7 @@ def schema_or_current(cur, schema: str | None) -> str:
 
 
 def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequence[Column], key: Sequence[str],
-            evolve: bool = False) -> Target:
+            evolve: bool = False, change: bool = True) -> Target:
     """Create the target when missing (a plain table with a unique key) and check it when it exists.
 
     An existing table must have every written column, each of a type that `holds` what is written, and a unique
@@ -86,13 +86,17 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
     triggers, publications and indexes of its own, which the commit's INSERT serves like any other. A mismatch
     would otherwise fail at COPY or at commit, after retries: errors give the statement to run. With `evolve`
     (a table a pipeline entry manages) a column it lacks is added, nullable, waiting for readers rather than
-    queueing them (`offsets_db.locks`), and columns it has that are not written are reported and left."""
+    queueing them (`offsets_db.locks`), and columns it has that are not written are reported and left.
+    With `change` False nothing is created or added, only checked: a launch checks the table before it takes
+    its job, and changes it once it holds the job, so a launch refused as busy has changed nothing."""
     with conn.cursor() as cur:
         if schema is not None:
             check_schema(cur, schema, table)
         schema = schema_or_current(cur, schema)
         target = Target(schema, table, tuple(columns), tuple(key))
         existing = existing_columns(cur, schema, table)
+        if not existing and not change:
+            return target
         if not existing:
             # two launches creating one table at once (a stream and a backfill into it, say) take turns: the
             # later one checks what the first created, where CREATE TABLE IF NOT EXISTS would fail on pg_type
@@ -104,7 +108,7 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
             cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, UNIQUE ({}))").format(
                 target.ident, definition, sql.SQL(", ").join(map(sql.Identifier, index_order(target)))))
         else:
-            _check_existing(cur, target, existing, evolve)
+            _check_existing(cur, target, existing, evolve, change)
     conn.commit()
     return target
 
@@ -165,7 +169,7 @@ def check_schema(cur, schema: str, table: str) -> None:
                         "schema")
 
 
-def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool) -> None:
+def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool, change: bool) -> None:
     name = f"{target.schema}.{target.table}"
     table = target.ident.as_string(cur)
     differ = [(c, existing[c.name]) for c in target.columns
@@ -186,11 +190,12 @@ def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool)
     _check_unique_key(cur, target)
     _check_insertable(cur, target)
     _check_partitions(cur, target)
-    for c in missing:
+    for c in missing if change else ():
         statement = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
             target.ident, sql.Identifier(c.name), sql.SQL(c.pg_type))
+        # ACCESS EXCLUSIVE: every reader that comes while it is queued waits behind it, so each try is short
         wait_for_lock(cur, statement, what=f"table {name}: adding column {c.name}",
-                      holders=table_holders(target.schema, target.table, "ACCESS EXCLUSIVE"))
+                      holders=table_holders(target.schema, target.table, "ACCESS EXCLUSIVE"), attempt=SHORT_TRY)
         log.warning("table %s: column %s %s added (rows written before have it null)", name, c.name, c.pg_type)
     if evolve:
         left = [col for col in existing if col not in target.names]

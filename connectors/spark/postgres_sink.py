@@ -104,13 +104,15 @@ class SinkPlan:
         return kept.connect(self.conninfo, **dict(self.connect_kw))
 
 
-def prepare_table(options: dict, schema: StructType) -> None:
+def prepare_table(options: dict, schema: StructType, change: bool = True) -> None:
     """Create, check or evolve the target now, on the driver, before a query reads anything: what the sink
-    does when Spark first asks it for a writer (its staging table is made then)."""
-    _plan(options, schema, False, streaming=False, stage_it=False)
+    does when Spark first asks it for a writer (its staging table is made then). With `change` False, only
+    check it: what a launch does before it holds its job."""
+    _plan(options, schema, False, streaming=False, stage_it=False, change=change)
 
 
-def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool, stage_it: bool = True) -> SinkPlan:
+def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool, stage_it: bool = True,
+          change: bool = True) -> SinkPlan:
     worker_gc.settle()
     if overwrite:
         raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
@@ -136,7 +138,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         if opts.job is not None:
             _require_offsets_db(conn, url)
             _require_grants(conn, opts)
-        target_table = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve)
+        target_table = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve, change)
         stage_table = stage.stage_for(target_table, owner, opts.dead_letters)
         if stage_it:
             stage.create(conn, stage_table, target_table, stage.WRITE if own_stage else stage.STREAM,
@@ -280,22 +282,25 @@ class _Staged:
         return merged
 
     def move(self, cur) -> int:
-        """The valid staged rows into the target; every staged row must still be there (an UNLOGGED stage is
-        emptied by a PostgreSQL crash, which the plain INSERT taking every valid row rules out, else a count)."""
+        """The valid staged rows into the target; every row and dead letter a task staged must still be there:
+        an UNLOGGED stage is emptied by a PostgreSQL crash, so a task that staged before one and a retried task
+        that staged after it leave a stage holding only the retry's part."""
         plan, opts = self.plan, self.plan.options
         valid = sum(w.rows - w.dead for w in self.writes)
+        dead = sum(w.dead for w in self.writes)
         moved = move.Moved(0, 0, whole=False)
         if valid:
             move.lock(cur, plan.target)
             moved = move.move(cur, plan.target, plan.stage, self.write_ids, opts.mode, opts.version, valid)
-        if not moved.whole:  # rows the table refused were copied to the dead letters' table meanwhile
-            expected = sum(w.rows for w in self.writes) + (moved.refused if plan.stage.dead_letters else 0)
-            found = stage.count(cur, plan.stage, self.write_ids)
-            if found != expected:
-                raise SinkError(f"{plan.target.schema}.{plan.target.table}: {found:,} staged rows found where the "
-                                f"tasks staged {expected:,} (PostgreSQL restarted after a crash since they wrote, "
-                                "which empties the UNLOGGED staging table). Nothing is committed; the batch fails "
-                                "and Spark replays it")
+        if moved.whole:  # the plain INSERT took every valid row: the dead letters are what is left to count
+            expected, found = dead, (stage.count(cur, plan.stage, self.write_ids, dead_only=True) if dead else 0)
+        else:  # rows the table refused were copied to the dead letters' table meanwhile
+            expected, found = valid + dead + moved.refused, stage.count(cur, plan.stage, self.write_ids)
+        if found != expected:
+            raise SinkError(f"{plan.target.schema}.{plan.target.table}: {found:,} staged rows and dead letters found "
+                            f"where the tasks staged {expected:,} (PostgreSQL restarted after a crash since they "
+                            "wrote, which empties the UNLOGGED staging table). Nothing is committed; the batch "
+                            "fails and Spark replays it")
         return moved.rows
 
 

@@ -413,7 +413,7 @@ def test_postgres_crashed_between_the_tasks_copy_and_the_commit_fails_the_batch_
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode != 0, "a batch whose staged rows vanished must fail"
-    assert "staged rows found where the tasks staged" in err, err[-3000:]
+    assert "staged rows and dead letters found where the tasks staged" in err, err[-3000:]
     done = run_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url})
     assert done.returncode == 0, done.stderr[-3000:]
     assert_exactly_once(url, job, table, per_partition(1200))

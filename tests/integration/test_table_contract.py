@@ -148,16 +148,16 @@ class Probe(threading.Thread):
     """A dashboard's short query on the table every half second, with lock_timeout 1s: a query that would wait
     longer than about a second behind a lock fails, which the contract forbids. Records the worst wait."""
 
-    def __init__(self, url: str, table: str) -> None:
+    def __init__(self, url: str, table: str, lock_timeout: str = "1s", every: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.url, self.table = url, table
+        self.url, self.table, self.lock_timeout, self.every = url, table, lock_timeout, every
         self.stop, self.worst, self.queries, self.refused = threading.Event(), 0.0, 0, []
 
     def run(self) -> None:
-        conn = psycopg2.connect(dsn(self.url), options="-c lock_timeout=1s")
+        conn = psycopg2.connect(dsn(self.url), options=f"-c lock_timeout={self.lock_timeout}")
         conn.autocommit = True
         try:
-            while not self.stop.wait(0.5):
+            while not self.stop.wait(self.every):
                 started = time.monotonic()
                 try:
                     with conn.cursor() as cur:
@@ -588,3 +588,147 @@ def test_two_jobs_stream_into_one_table_while_its_users_read_hold_probe_and_dele
     assert deleter.deleted, "the user deleted rows while the streams ran"
     consumed = {(t, p): n for t in topics.values() for p, n in end_offsets(bootstrap, t).items()}
     accounted_once(url, table, list(topics), consumed, deleter.deleted)
+
+
+# where two features meet (docs/guarantees.md, "Guarantees at every intersection")
+
+def test_a_row_the_table_refuses_without_dead_letters_fails_the_batch_naming_it_and_commits_nothing(
+        spark, stack_settings, topic_name):
+    """Dead letters off: a row the user's CHECK refuses can be kept nowhere. A df.write without a job, and a
+    job's batch, each fail naming the row, the constraint and the reason; nothing of the write lands and the
+    job's offsets stay where they were."""
+    url = stack_settings.offsets_db_url
+    table = f"{topic_name}_chk"
+    with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{table}" (id bigint UNIQUE, amount numeric CONSTRAINT amount_not_negative '
+                    "CHECK (amount >= 0))")
+    df = spark.createDataFrame([(i, -5 if i == 700 else i) for i in range(1001)], "id long, amount long")
+    with pytest.raises(Exception, match=r'refused the row at id 700 by constraint amount_not_negative: new row '
+                                        r'for relation ".*" violates check constraint'):
+        (df.write.format("streamfill_postgres").mode("append").option("table", table).option("keyColumns", "id")
+         .save())
+    assert query(url, f'SELECT count(*) FROM "{table}"') == [(0,)], "nothing of the failed write landed"
+
+    job, table = f"{topic_name}-chk", f"{topic_name}_chk_job"
+    store, lease = held(url, job)
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 10)})
+        with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
+            cur.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT short_v CHECK (length(v) < 5)')
+        values = [f"v{o}" for o in range(10, 310)]
+        values[123] = "far too long"
+        with pytest.raises(SinkError, match=rf"refused the row at topic {topic_name}, partition 0, offset 133 by "
+                                            r"constraint short_v: .*Without dead letters.*nothing of this batch is "
+                                            "committed"):
+            write_batch(url, store, job, lease.generation, table,
+                        {(topic_name, 0): rows(topic_name, 0, 10, 310, values=values)})
+    finally:
+        lease.release()
+    assert query(url, "SELECT next_offset FROM latest_offsets WHERE job = :j", j=job) == [(10,)]
+    accounted_once(url, table, [job], {(topic_name, 0): 10}, set())
+
+
+@pytest.mark.fault
+def test_dead_letters_a_task_staged_before_postgres_crashed_are_counted_at_the_commit(private_postgres, topic_name):
+    """One task stages only dead letters, PostgreSQL crashes (recovery empties the UNLOGGED stage), a retried
+    task stages the batch's rows: the commit finds a dead letter missing and fails, committing nothing; the
+    replay of the batch lands every offset once."""
+    from tests.integration.test_faults import _crash
+
+    url = private_postgres.settings.offsets_db_url
+    job, table = f"{topic_name}-dl", f"{topic_name}_dl"
+    store, lease = held(url, job)
+    try:
+        store.record_planned(job, [PlannedRange(topic_name, 0, 0, 100), PlannedRange(topic_name, 1, 0, 100)],
+                             generation=lease.generation)
+        ends = {topic_name: {"0": 100, "1": 100}}
+        plan = sink(url, table, job, lease.generation, ends, dead_letters=True)
+        poisoned = postgres_sink._stage(plan, iter([rows(topic_name, 1, 0, 100, errors=["not json"] * 100)]))
+        _crash(private_postgres)
+        private_postgres.start()
+        retried = postgres_sink._stage(plan, iter([rows(topic_name, 0, 0, 100, errors=[None] * 100)]))
+        with pytest.raises(SinkError, match="0 staged rows and dead letters found where the tasks staged 100"):
+            postgres_sink._commit(plan, [poisoned, retried], None)
+        postgres_sink._abort(plan, [poisoned, retried])
+        assert query(url, "SELECT count(*) FROM latest_offsets WHERE job = :j", j=job) == [(0,)]
+        write_batch(url, store, job, lease.generation, table,  # Spark's replay of the batch
+                    {(topic_name, 0): rows(topic_name, 0, 0, 100, errors=[None] * 100),
+                     (topic_name, 1): rows(topic_name, 1, 0, 100, errors=["not json"] * 100)}, dead_letters=True)
+    finally:
+        lease.release()
+    accounted_once(url, table, [job], {(topic_name, 0): 100, (topic_name, 1): 100}, set())
+
+
+def test_replace_ranks_a_version_without_a_kafka_timestamp_below_every_version_with_one(stack_settings, topic_name):
+    """A record whose Kafka timestamp is NULL is older than any with one, whichever batch, partition or order
+    they come in: inside one batch (DISTINCT ON) and against the row already there (ON CONFLICT)."""
+    url = stack_settings.offsets_db_url
+    job, table = f"{topic_name}-nts", f"{topic_name}_nts"
+    store, lease = held(url, job)
+    try:
+        stamped = T0 + timedelta(hours=1)
+        # one batch: key A's stamped version at offset 0, its unstamped one at offset 1 (higher)
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
+            topic_name, 0, 0, 2, keys=["A", "A"], values=["stamped", "unstamped"], stamps=[stamped, None])},
+            keyColumns="k", mode="replace")
+        # a later batch: an unstamped version of A comes after the stamped one is in the table
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
+            topic_name, 0, 2, 3, keys=["A"], values=["late unstamped"], stamps=[None])}, keyColumns="k",
+            mode="replace")
+        # and two unstamped versions of B: the higher coordinates win among equals
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
+            topic_name, 0, 3, 5, keys=["B", "B"], values=["first", "second"], stamps=[None, None])},
+            keyColumns="k", mode="replace")
+    finally:
+        lease.release()
+    assert dict(query(url, f'SELECT k, v FROM "{table}"')) == {"A": "stamped", "B": "second"}
+
+
+def test_a_column_added_for_an_entry_never_queues_readers_and_a_launch_refused_as_busy_adds_none(
+        spark, stack_settings, topic_name, tmp_path, monkeypatch):
+    """evolveSchema: while an analyst holds the table, the launch's ADD COLUMN asks for its lock in short tries,
+    so a dashboard with a lock_timeout of 250 ms is never refused; and a launch refused because another launch
+    holds its job adds no column."""
+    import yaml
+
+    from spark_jobs import stream
+    from streamfill.errors import JobBusy
+
+    url = stack_settings.offsets_db_url
+    entry, table = f"{topic_name}-ev", f"{topic_name}_ev"
+    columns = {"id": {"type": "bigint"}}
+    jobs = tmp_path / "jobs.yaml"
+
+    def launch(columns: dict) -> None:
+        jobs.write_text(yaml.safe_dump({"jobs": {entry: {"topic": topic_name, "table": table, "columns": columns}}}))
+        monkeypatch.setenv("STREAMFILL_JOBS_FILE", str(jobs))
+        args = stream.StreamArgs.from_flags(job=entry, trigger="available-now",
+                                            checkpoint=str(tmp_path / f"cp{len(columns)}"))
+        stream.run(args, spark, stack_settings.kafka_client(), url, threading.Event())
+
+    create_topic(stack_settings.bootstrap_servers, topic_name, 1)
+    produce(stack_settings.bootstrap_servers, topic_name, [{"value": b'{"id": 1, "note": "a"}'}])
+    launch(columns)
+    with hold_job(entry, kind="stream"):  # another launch holds the job
+        with pytest.raises(JobBusy):
+            launch({**columns, "note": {"type": "string"}})
+    assert "note" not in [c for (c,) in query(url, "SELECT column_name::text FROM information_schema.columns "
+                                                   "WHERE table_name = :t", t=table)], \
+        "the refused launch changed the table"
+
+    analyst = psycopg2.connect(dsn(url))
+    probe = Probe(url, table, lock_timeout="250ms", every=0.05)
+    try:
+        with analyst.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{table}"')  # holds ACCESS SHARE until it ends
+        probe.start()
+        release = threading.Timer(3, analyst.rollback)
+        release.start()
+        launch({**columns, "note": {"type": "string"}})
+        release.join()
+    finally:
+        probe.stop.set()
+        probe.join(30)
+        analyst.close()
+    assert probe.queries > 20 and not probe.refused, f"a reader queued behind the ALTER: {probe.refused[:3]}"
+    assert query(url, f'SELECT id, note FROM "{table}" ORDER BY "offset"') == [(1, None)]
