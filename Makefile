@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-unit docs screenshots browser up down status bench-read clean
+.PHONY: install demo test test-unit soak docs screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,13 @@ browser:
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+# the randomized checker of docs/guarantees.md's invariants on new seeds until SECONDS are up, against a PostgreSQL
+# of its own (the local stack's binaries); prints the runs, faults and offsets checked, and every failing seed
+SECONDS ?= 600
+soak: install
+	$(BIN)/streamfill stack up
+	$(BIN)/python -m tests.checker.soak --seconds $(SECONDS)
 
 # the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or a page left out fails
 docs: install

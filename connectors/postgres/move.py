@@ -119,6 +119,7 @@ class _Statements:
         key = sql.SQL(", ").join(map(sql.Identifier, target.key))
         others = [c for c in target.names if c not in target.key]
         self._distinct, self._order = sql.SQL(""), sql.SQL("")
+        self.winners: sql.Composable | None = None  # replace: only rows no staged row of their key is newer than
         if mode == REPLACE and others:
             action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
                 sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others))
@@ -127,10 +128,23 @@ class _Statements:
                 # least as new (the same record read again rewrites its row), or when it has no version. A
                 # record without a Kafka timestamp is older than any with one (VERSION_ORDERS), in both places
                 stamp, *coordinates = version
-                action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(*(
-                    sql.SQL(", ").join([sql.SQL("coalesce({}.{}, '-infinity')").format(side, sql.Identifier(stamp)),
-                                        *(sql.SQL("{}.{}").format(side, sql.Identifier(v)) for v in coordinates)])
-                    for side in (sql.SQL("t"), sql.SQL("EXCLUDED"))))
+
+                def ranked(side: sql.Composable) -> sql.Composable:
+                    return sql.SQL(", ").join([
+                        sql.SQL("coalesce({}.{}, '-infinity')").format(side, sql.Identifier(stamp)),
+                        *(sql.SQL("{}.{}").format(side, sql.Identifier(v)) for v in coordinates)])
+
+                action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(ranked(sql.SQL("t")),
+                                                                             ranked(sql.SQL("EXCLUDED")))
+                # the move of a part of the stage (finding refused rows) takes only each key's newest staged
+                # version, as the whole move does: which version lands never depends on where rows lie
+                outer = sql.Identifier(stage.name)
+                self.winners = sql.SQL(" AND NOT EXISTS (SELECT FROM {s} AS n WHERE n.{w} = ANY(%s) "
+                                       "AND ({nk}) = ({ok}) AND ({nv}) > ({ov}))").format(
+                    s=stage.ident, w=sql.Identifier(WRITE_ID),
+                    nk=sql.SQL(", ").join(sql.SQL("n.{}").format(sql.Identifier(k)) for k in target.key),
+                    ok=sql.SQL(", ").join(sql.SQL("{}.{}").format(outer, sql.Identifier(k)) for k in target.key),
+                    nv=ranked(sql.SQL("n")), ov=ranked(outer))
                 self._distinct = sql.SQL("DISTINCT ON ({}) ").format(key)
                 self._order = sql.SQL(" ORDER BY {}, {}").format(key, sql.SQL(", ").join(
                     sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(v)) for v in version))
@@ -153,7 +167,8 @@ def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: 
     cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int + 1",
                 (stage.ident.as_string(cur),))
     pages = cur.fetchone()[0]
-    between = sql.SQL(" AND ctid >= %s::tid AND ctid < %s::tid")
+    winners, params = (sql.SQL(""), params) if statement.winners is None else (statement.winners, (*params, *params))
+    between = winners + sql.SQL(" AND ctid >= %s::tid AND ctid < %s::tid")
     moved, refused = 0, []
     pending = [(0, pages)]
     while pending:
@@ -166,10 +181,10 @@ def _isolate(cur, statement: _Statements, params: tuple, target: Target, stage: 
             middle = (low + high) // 2
             pending.extend([(middle, high), (low, middle)])
             continue
-        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s) AND ctid >= %s::tid AND ctid < %s::tid")
-                    .format(stage.ident, sql.Identifier(WRITE_ID)), (*params, f"({low},0)", f"({high},0)"))
+        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s){}").format(
+            stage.ident, sql.Identifier(WRITE_ID), between), (*params, f"({low},0)", f"({high},0)"))
         for (tid,) in cur.fetchall():
-            one = _attempt(cur, statement.merging(sql.SQL(" AND ctid = %s::tid")), (*params, tid))
+            one = _attempt(cur, statement.merging(winners + sql.SQL(" AND ctid = %s::tid")), (*params, tid))
             if isinstance(one, int):
                 moved += one
             elif not stage.dead_letters:  # the first such row fails the commit: nothing else is looked for
@@ -198,8 +213,9 @@ def _nowhere(cur, target: Target, stage: Stage, tid: str, why: Refusal) -> str:
     row = ", ".join(f"{c} {v}" for c, v in zip(shown, found))
     constraint = f" by constraint {why.constraint}" if why.constraint else ""
     return (f"{target.schema}.{target.table} refused the row at {row}{constraint}: {why.reason}. Without dead "
-            "letters the row can be kept nowhere, so nothing of this batch is committed and it fails. Fix the row at its source or relax the constraint, or write with dead letters on "
-            "(deadLetters=true, a pipeline's dead_letters: true) to keep such rows in offsets_db.dead_letters")
+            "letters the row can be kept nowhere, so nothing of this batch is committed and it fails. Fix the row "
+            "at its source or relax the constraint, or write with dead letters on (deadLetters=true, a pipeline's "
+            "dead_letters: true) to keep such rows in offsets_db.dead_letters")
 
 
 def _attempt(cur, statement: sql.Composable, params: tuple) -> int | Refusal:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from app.stack.postgres import Postgres
 from streamfill.settings import Settings
 from tests.shared_run import worker_index
 
@@ -23,19 +22,10 @@ def worker_ports(start: int) -> range:
 @pytest.fixture
 def private_postgres(stack_settings):
     """A PostgreSQL of its own (the shared one also holds Airflow's metadata, which must not go away)."""
-    from app.stack.process import port_free
-    from offsets_db.migrate import upgrade
+    from tests.private_services import private_postgres
 
-    port = next(p for p in worker_ports(stack_settings.pg_port + 100) if port_free(stack_settings.host, p))
-    settings = Settings(home=stack_settings.home / f"test-pg-{uuid.uuid4().hex[:8]}", pg_port=port,
-                        db_url=None)
-    postgres = Postgres(settings)
-    postgres.prepare()
-    postgres.start()
-    upgrade(settings.offsets_db_url)
-    yield postgres
-    postgres.stop()
-    shutil.rmtree(settings.home, ignore_errors=True)
+    with private_postgres(stack_settings, worker_ports(stack_settings.pg_port + 100)) as postgres:
+        yield postgres
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
 from tests.integration.test_exactly_once import REPO
 from tests.kafka_helpers import create_topic, end_offsets, produce
+from tests.private_services import crash
 
 pytestmark = pytest.mark.integration
 
@@ -633,8 +634,6 @@ def test_dead_letters_a_task_staged_before_postgres_crashed_are_counted_at_the_c
     """One task stages only dead letters, PostgreSQL crashes (recovery empties the UNLOGGED stage), a retried
     task stages the batch's rows: the commit finds a dead letter missing and fails, committing nothing; the
     replay of the batch lands every offset once."""
-    from tests.integration.test_faults import _crash
-
     url = private_postgres.settings.offsets_db_url
     job, table = f"{topic_name}-dl", f"{topic_name}_dl"
     store, lease = held(url, job)
@@ -644,7 +643,7 @@ def test_dead_letters_a_task_staged_before_postgres_crashed_are_counted_at_the_c
         ends = {topic_name: {"0": 100, "1": 100}}
         plan = sink(url, table, job, lease.generation, ends, dead_letters=True)
         poisoned = postgres_sink._stage(plan, iter([rows(topic_name, 1, 0, 100, errors=["not json"] * 100)]))
-        _crash(private_postgres)
+        crash(private_postgres)
         private_postgres.start()
         retried = postgres_sink._stage(plan, iter([rows(topic_name, 0, 0, 100, errors=[None] * 100)]))
         with pytest.raises(SinkError, match="0 staged rows and dead letters found where the tasks staged 100"):

@@ -1,0 +1,426 @@
+"""A scenario run against a real PostgreSQL through the sink's own steps, as its tasks and driver take them
+(plan the write, stage each Kafka partition's rows in a task of its own, commit; abort on failure), with the
+scenario's users and faults in between; then every invariant checked against the model.
+
+The PostgreSQL is the run's own (it is crashed on purpose). Each run names what it makes after its prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+
+import psycopg2
+import psycopg2.errors
+import pyarrow as pa
+from psycopg2 import sql
+from sqlalchemy import create_engine, text
+
+from connectors.postgres.sink_options import REPLACE
+from connectors.spark import postgres_sink
+from connectors.spark.postgres_sink import dsn
+from offsets_db.exactly_once import PlannedRange
+from offsets_db.store import OffsetStore
+from streamfill.errors import SinkError
+from tests.checker.model import Model
+from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
+                                    CRASH_BETWEEN_TASKS, DELETE, KILLED_AFTER_COMMIT, KILLED_BEFORE_COMMIT,
+                                    LOST_WORKER, READER, STREAM, TRIGGER, UPDATE, Action, Record, Scenario, Write,
+                                    record)
+
+CHECK = "sf_checker_short_v"
+
+
+class Violation(AssertionError):
+    """An invariant broken: the message says which, with the scenario that broke it."""
+
+
+@dataclass
+class Tally:
+    """What the checker did, for the soak's report."""
+
+    runs: int = 0
+    faults: int = 0
+    offsets: int = 0  # offsets committed and checked
+    batches: int = 0
+
+
+@dataclass
+class Run:
+    scenario: Scenario
+    postgres: object  # app.stack.postgres.Postgres: crashed and restarted by the faults
+    prefix: str
+    model: Model = field(init=False)
+    tally: Tally = field(default_factory=Tally)
+
+    def __post_init__(self) -> None:
+        self.url = self.postgres.settings.offsets_db_url
+        self.store = OffsetStore(self.url)
+        self.model = Model(self.scenario.table)
+        self.table = f"{self.prefix}_tbl"
+        self.leases: dict[int, object] = {}
+        self.readers: list[Reader] = []
+        self.probe = Probe(self.url, self.table)
+
+    def topic(self, writer: int) -> str:
+        return f"{self.prefix}_w{writer}"
+
+    def job(self, writer: int) -> str:
+        return f"{self.prefix}-w{writer}"
+
+    # the run
+
+    def run(self) -> Tally:
+        self.probe.start()
+        try:
+            for step in self.scenario.steps:
+                if isinstance(step, Write):
+                    self.write(step)
+                else:
+                    self.act(step)
+        except Violation:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of streamfill's is a finding, with its scenario
+            raise Violation(f"{type(exc).__name__}: {exc}\n{self.scenario.describe()}") from exc
+        finally:
+            self.probe.stop.set()
+            self.probe.join(30)
+            for reader in self.readers:
+                reader.join(30)
+            for lease in self.leases.values():
+                lease.release()
+            self.store.engine.dispose()
+        self.check()
+        self.tally.runs += 1
+        return self.tally
+
+    def fail(self, what: str) -> None:
+        raise Violation(f"{what}\n{self.scenario.describe()}")
+
+    # a writer's batch
+
+    def write(self, step: Write) -> None:
+        writer = self.scenario.writers[step.writer]
+        records = [record(self.scenario.seed, step.writer, writer.dead_letters, p, o)
+                   for p, start, end in step.ranges for o in range(start, end)]
+        evolved = writer.evolve_from is not None and step.number >= writer.evolve_from
+        if writer.job:
+            self.plan_batch(step)
+        fault = step.fault
+        if fault:
+            self.tally.faults += 1
+        for _ in range(3):  # the first try, the replay after a fault or a fix, once more after a second fault
+            try:
+                outcome = self.attempt(step, records, evolved, fault)
+            except SinkError as exc:
+                if "refused the row at" not in str(exc):
+                    raise
+                self.refused(step, records, str(exc))
+                fault = None
+                continue
+            if outcome == "done":
+                return
+            fault = None
+        self.fail(f"writer {step.writer}'s batch {step.number} did not commit in three tries")
+
+    def plan_batch(self, step: Write) -> None:
+        """What the source does at planning: the job held by this launch, its range recorded."""
+        job = self.job(step.writer)
+        if step.writer not in self.leases:
+            self.store.ensure_job(job, "stream" if self.scenario.writers[step.writer].path == STREAM else "backfill")
+            self.leases[step.writer] = self.store.hold(job)
+        self.store.record_planned(job, [PlannedRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges],
+                                  generation=self.leases[step.writer].generation)
+
+    def relaunch(self, step: Write) -> None:
+        """The launch died (or lost its session in a crash): a new one takes the job and plans the batch again,
+        as Spark replays a batch its checkpoint did not finish."""
+        self.leases.pop(step.writer).release()
+        self.plan_batch(step)
+
+    def attempt(self, step: Write, records: list[Record], evolved: bool, fault: str | None,
+                replay: bool = False) -> str:
+        plan = self.sink_plan(step, evolved)
+        self.model.planned(evolved)
+        by_partition = [[r for r in records if r.partition == p] for p, _, _ in step.ranges]
+        messages = []
+        for n, part in enumerate(by_partition):
+            if fault == LOST_WORKER and n == 0:
+                postgres_sink._stage(plan, iter([self.arrow(step, part, evolved)]))  # its message never arrives
+            messages.append(postgres_sink._stage(plan, iter([self.arrow(step, part, evolved)])))
+            if fault == CRASH_BETWEEN_TASKS and n == 0:
+                self.crash()
+        if fault == KILLED_BEFORE_COMMIT:
+            self.relaunch(step)
+            return "again"
+        try:
+            postgres_sink._commit(plan, messages, None)
+        except SinkError as exc:
+            postgres_sink._abort(plan, messages)
+            if fault == CRASH_BETWEEN_TASKS and "found where the tasks staged" in str(exc):
+                self.expect_nothing_committed(step)
+                if self.scenario.writers[step.writer].job:
+                    self.relaunch(step)
+                return "again"
+            raise
+        except BaseException:
+            postgres_sink._abort(plan, messages)
+            raise
+        if fault == CRASH_BETWEEN_TASKS:
+            self.fail(f"writer {step.writer}'s batch {step.number} committed though PostgreSQL crashed after its "
+                      "first task staged (the crash emptied what that task staged)")
+        if replay:  # the batch committed before: its replay moved nothing, as the final check shows
+            return "done"
+        refused = self.model.write(step.writer, self.scenario.writers[step.writer], self.topic(step.writer),
+                                   records, evolved)
+        if refused and not self.scenario.writers[step.writer].dead_letters:
+            self.fail(f"writer {step.writer}'s batch {step.number} committed though the table refuses "
+                      f"{[(r.partition, r.offset) for r in refused][:5]} and dead letters are off")
+        self.tally.batches += 1
+        if fault == KILLED_AFTER_COMMIT:  # Spark's commit log missed it: the batch is replayed
+            self.relaunch(step)
+            self.attempt(step, records, evolved, None, replay=True)
+        if fault == CRASH_AFTER_COMMIT:
+            self.crash()
+            if step.writer in self.leases:
+                self.leases.pop(step.writer).release()
+        return "done"
+
+    def refused(self, step: Write, records: list[Record], message: str) -> None:
+        """A row the table refuses with dead letters off: the batch failed naming the row, the constraint and
+        the reason, and committed nothing. The user then drops the constraint and the batch is replayed."""
+        writer = self.scenario.writers[step.writer]
+        refusable = {(self.topic(step.writer), r.partition, r.offset) for r in records
+                     if not r.poison and self.model.refused(r)}
+        if writer.dead_letters or not refusable:
+            self.fail(f"writer {step.writer}'s batch {step.number} failed on a refused row it should not have: "
+                      f"{message}")
+        if f"by constraint {CHECK}" not in message or not any(
+                f"topic {t}, partition {p}, offset {o} " in message for t, p, o in refusable):
+            self.fail(f"the failure does not name a refused row and the constraint: {message}")
+        self.expect_nothing_committed(step)
+        self.act(Action(CHECK_OFF, 0))
+        if writer.job:
+            self.relaunch(step)
+
+    def expect_nothing_committed(self, step: Write) -> None:
+        if not self.scenario.writers[step.writer].job:
+            return
+        stands = dict(self.query("SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
+                                 j=self.job(step.writer)))
+        if stands != self.model.committed.get(step.writer, {}):
+            self.fail(f"writer {step.writer}'s failed batch {step.number} moved its offsets to {stands}")
+
+    def sink_plan(self, step: Write, evolved: bool):
+        writer = self.scenario.writers[step.writer]
+        options = {"table": self.table, "url": self.url, "mode": self.scenario.table.mode,
+                   "deadLetters": str(writer.dead_letters).lower(), "evolveSchema": str(evolved).lower()}
+        if self.scenario.table.keyed:
+            options["keyColumns"] = "k"
+        if writer.job:
+            options.update(job=self.job(step.writer), jobGeneration=str(self.leases[step.writer].generation))
+        if writer.path == BACKFILL:
+            options["endingOffsets"] = json.dumps({self.topic(step.writer): {str(p): e for p, _, e in step.ranges}})
+        return postgres_sink._plan(options, _spark_schema(writer.dead_letters, evolved), False,
+                                   streaming=writer.path == STREAM)
+
+    def arrow(self, step: Write, records: list[Record], evolved: bool) -> pa.RecordBatch:
+        writer = self.scenario.writers[step.writer]
+        data = {"topic": [self.topic(step.writer)] * len(records),
+                "partition": pa.array([r.partition for r in records], pa.int32()),
+                "offset": pa.array([r.offset for r in records], pa.int64()),
+                "kafka_timestamp": pa.array([r.stamp for r in records], pa.timestamp("us", tz="UTC")),
+                "k": [r.key for r in records], "v": [r.value for r in records]}
+        if evolved:
+            data["extra"] = [f"e{r.offset}" for r in records]
+        if writer.dead_letters:
+            data["_error"] = pa.array(["not json" if r.poison else None for r in records], pa.string())
+            data["_raw"] = pa.array([b"{" if r.poison else None for r in records], pa.binary())
+        return pa.RecordBatch.from_pydict(data)
+
+    # faults
+
+    def crash(self) -> None:
+        from tests.private_services import crash
+
+        crash(self.postgres)
+        self.postgres.start()
+
+    # the users
+
+    def act(self, action: Action) -> None:
+        if not self.model.exists:
+            return
+        if action.kind not in (DELETE, UPDATE, READER):  # a user's DDL waits for the analysts, not behind them
+            for reader in self.readers:
+                reader.join(30)
+        table = sql.Identifier(self.table)
+        with psycopg2.connect(dsn(self.url)) as conn, conn.cursor() as cur:
+            if action.kind == DELETE:
+                partition, remainder = action.arg % 2, action.arg % 5
+                cur.execute(sql.SQL('DELETE FROM {} WHERE partition = %s AND "offset" %% 5 = %s '
+                                    'RETURNING topic, partition, "offset"').format(table), (partition, remainder))
+                gone = set(map(tuple, cur.fetchall()))
+                if gone != self.model.delete(partition, remainder):
+                    self.fail(f"the user's DELETE removed {len(gone)} rows, not the model's")
+            elif action.kind == UPDATE:
+                cur.execute(sql.SQL('UPDATE {} SET v = upper(v) WHERE "offset" %% 3 = %s AND length(v) < 10')
+                            .format(table), (action.arg % 3,))
+                if cur.rowcount != self.model.update(action.arg % 3):
+                    self.fail(f"the user's UPDATE changed {cur.rowcount} rows, not the model's")
+            elif action.kind == CHECK_ON and not self.model.check_on:
+                cur.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (length(v) < 10) NOT VALID")
+                            .format(table, sql.Identifier(CHECK)))
+                self.model.check_on = True
+            elif action.kind == CHECK_OFF and self.model.check_on:
+                cur.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(table, sql.Identifier(CHECK)))
+                self.model.check_on = False
+            elif action.kind == TRIGGER and not self.model.trigger_on:
+                audit = sql.Identifier(f"{self.table}_audit")
+                cur.execute(sql.SQL("CREATE TABLE {} (n bigint NOT NULL); INSERT INTO {} VALUES (0)").format(
+                    audit, audit))
+                cur.execute(sql.SQL("CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                                    "UPDATE {a} SET n = n + 1; RETURN NULL; END $$; CREATE TRIGGER counted AFTER "
+                                    "INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {f}()").format(
+                    f=sql.Identifier(f"{self.table}_count"), a=audit, t=table))
+                self.model.trigger_on = True
+            elif action.kind == COLUMN_BY_HAND and not self.model.by_hand:
+                cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN by_hand text DEFAULT 'h'").format(table))
+                self.model.add_by_hand()
+            elif action.kind == READER:
+                self.readers.append(Reader(self.url, self.table))
+                self.readers[-1].start()
+
+    # the invariants
+
+    def query(self, statement: str, **params) -> list[tuple]:
+        engine = create_engine(self.url)
+        try:
+            with engine.connect() as conn:
+                return [tuple(r) for r in conn.execute(text(statement), params)]
+        finally:
+            engine.dispose()
+
+    def check(self) -> None:
+        model = self.model
+        if self.probe.refused:
+            self.fail(f"a reader waited behind streamfill for over a second: {self.probe.refused[:2]}")
+        if not model.exists:
+            return
+        names = ", ".join(f'"{n}"' for n in model.columns())
+        have = self.query(f'SELECT {names} FROM "{self.table}"')
+        if len(have) != len(set(have)):
+            self.fail(f"{len(have) - len(set(have))} rows are in the table twice")
+        expected = model.expected_rows()
+        if set(have) != expected:
+            extra, missing = set(have) - expected, expected - set(have)
+            self.fail(f"the table differs from the contract: {len(extra)} rows unexpected (e.g. "
+                      f"{sorted(extra, key=str)[:3]}), {len(missing)} missing (e.g. {sorted(missing, key=str)[:3]})")
+        for index, writer in enumerate(self.scenario.writers):
+            if writer.job:
+                self.check_job(index)
+        if model.trigger_on:
+            counted = self.query(f'SELECT n FROM "{self.table}_audit"')[0][0]
+            if counted != model.inserts:
+                self.fail(f"the user's insert trigger counted {counted} rows, the model {model.inserts}")
+
+    def check_job(self, index: int) -> None:
+        job, topic, model = self.job(index), self.topic(index), self.model
+        dead = self.query('SELECT d.topic, d.partition, d."offset" FROM dead_letters d JOIN jobs j ON j.id = d.job_id '
+                          "WHERE j.name = :j", j=job)
+        expected = model.dead.get(index, set())
+        if len(dead) != len(set(dead)) or set(dead) != expected:
+            self.fail(f"job {job}: {len(dead) - len(set(dead))} dead letters twice, {len(set(dead) - expected)} "
+                      f"unexpected (e.g. {sorted(set(dead) - expected)[:3]}), {len(expected - set(dead))} missing "
+                      f"(e.g. {sorted(expected - set(dead))[:3]})")
+        stands = dict(self.query("SELECT partition, next_offset FROM latest_offsets WHERE job = :j", j=job))
+        if stands != model.committed.get(index, {}):
+            self.fail(f"job {job}: offsets stand at {stands}, the model at {model.committed.get(index)}")
+        ranges = self.query("SELECT bo.partition, bo.start_offset, bo.end_offset FROM batch_offsets bo JOIN batches b "
+                            "ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND "
+                            "b.committed_at IS NOT NULL ORDER BY bo.partition, bo.start_offset", j=job)
+        reach: dict[int, int] = {}
+        for partition, start, end in ranges:
+            if start != reach.get(partition, 0):
+                self.fail(f"job {job}: partition {partition}'s committed batches leave a gap or overlap at {start}")
+            reach[partition] = end
+        numbers = [n for (n,) in self.query("SELECT b.commit_no FROM batches b JOIN jobs j ON j.id = b.job_id "
+                                            "WHERE j.name = :j AND b.committed_at IS NOT NULL ORDER BY 1", j=job)]
+        if numbers != list(range(1, len(numbers) + 1)):
+            self.fail(f"job {job}: commit numbers (announcements) {numbers} have a gap or a repeat")
+        if model.table.mode != REPLACE:  # every offset once: a row, a dead letter, or a row the user deleted
+            rows = self.query(f'SELECT partition, count(*) FROM "{self.table}" WHERE topic = :t GROUP BY 1', t=topic)
+            per = dict(rows)
+            for t, p, _ in model.dead.get(index, set()) | {d for d in model.deleted if d[0] == topic}:
+                per[p] = per.get(p, 0) + 1
+            if per != {p: n for p, n in stands.items() if n}:
+                self.fail(f"job {job}: rows + dead letters + deleted per partition {per} != committed {stands}")
+        self.tally.offsets += sum(stands.values())
+
+
+def _spark_schema(dead_letters: bool, evolved: bool):
+    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                                   TimestampType)
+
+    fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
+              StructField("k", StringType()), StructField("v", StringType())]
+    if evolved:
+        fields.append(StructField("extra", StringType()))
+    if dead_letters:
+        fields += [StructField("_error", StringType()), StructField("_raw", BinaryType())]
+    return StructType(fields)
+
+
+class Probe(threading.Thread):
+    """A dashboard's query on the table every 0.2 s with lock_timeout 1s: refused means a reader waited behind
+    streamfill for longer than the contract allows. Reconnects after a crash of PostgreSQL."""
+
+    def __init__(self, url: str, table: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.table = url, table
+        self.stop, self.refused = threading.Event(), []
+
+    def run(self) -> None:
+        conn = None
+        while not self.stop.wait(0.2):
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg2.connect(dsn(self.url), options="-c lock_timeout=1s")
+                    conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} LIMIT 10) s").format(
+                        sql.Identifier(self.table)))
+            except psycopg2.errors.LockNotAvailable as exc:
+                self.refused.append(str(exc).strip())
+            except psycopg2.errors.UndefinedTable:
+                pass
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):  # PostgreSQL crashed: connect again
+                conn = None
+        if conn is not None and not conn.closed:
+            conn.close()
+
+
+class Reader(threading.Thread):
+    """An analyst's REPEATABLE READ transaction that holds the table for a second and a half."""
+
+    def __init__(self, url: str, table: str, hold_s: float = 1.5) -> None:
+        super().__init__(daemon=True)
+        self.url, self.table, self.hold_s = url, table, hold_s
+
+    def run(self) -> None:
+        try:
+            conn = psycopg2.connect(dsn(self.url))
+        except psycopg2.OperationalError:
+            return
+        try:
+            conn.set_session(isolation_level="REPEATABLE READ")
+            with conn.cursor() as cur:
+                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table)))
+            threading.Event().wait(self.hold_s)
+            conn.rollback()
+        except psycopg2.Error:
+            pass
+        finally:
+            conn.close()

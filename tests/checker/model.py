@@ -1,0 +1,134 @@
+"""What the table, the dead letters and the offsets must hold after a scenario: the contract of docs/guarantees.md
+applied to the scenario's steps one by one, in plain Python. The harness drives PostgreSQL and this model in
+lockstep and compares them at the end.
+
+- append-new (the Kafka coordinates as key): every record is a row or a dead letter, once;
+- replace: per key, the newest version (the later Kafka timestamp, a record without one older than any with
+  one, then the higher topic, partition and offset) among the versions the table accepted; within a batch only
+  each key's newest version is written (an older one of the same batch is superseded, neither row nor dead
+  letter);
+- a record the table refuses is a dead letter with dead letters on; with them off its batch fails and commits
+  nothing;
+- what a user deleted stays deleted and what a user updated stays updated, until a newer version of its key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from connectors.postgres.sink_options import REPLACE
+from tests.checker.scenario import Record, Table, Writer
+
+Coordinates = tuple[str, int, int]
+
+
+def rank(stamp: datetime | None, topic: str, partition: int, offset: int) -> tuple:
+    """The order of a key's versions (connectors.postgres.sink_options.VERSION_ORDERS)."""
+    return (stamp is not None, stamp.timestamp() if stamp else 0.0, topic, partition, offset)
+
+
+@dataclass
+class Model:
+    table: Table
+    rows: dict[tuple, dict] = field(default_factory=dict)  # the table's key -> the row's columns
+    exists: bool = False  # the sink created the table
+    check_on: bool = False  # the user's CHECK (length(v) < 10)
+    trigger_on: bool = False  # the user's insert trigger counts inserted rows
+    inserts: int = 0  # rows inserted while the trigger was on
+    by_hand: bool = False  # the column the user added, DEFAULT 'h'
+    extra: bool = False  # the column evolveSchema added
+    dead: dict[int, set[Coordinates]] = field(default_factory=dict)  # per writer
+    committed: dict[int, dict[int, int]] = field(default_factory=dict)  # per job writer: partition -> next offset
+    deleted: set[Coordinates] = field(default_factory=set)  # rows the user deleted (append-new: by offset)
+
+    def _key(self, row: dict) -> tuple:
+        if self.table.keyed:
+            return (row["k"],)
+        return row["topic"], row["partition"], row["offset"]
+
+    @staticmethod
+    def _row_rank(row: dict) -> tuple:
+        return rank(row["kafka_timestamp"], row["topic"], row["partition"], row["offset"])
+
+    def refused(self, record: Record) -> bool:
+        return self.check_on and len(record.value) >= 10
+
+    def write(self, index: int, writer: Writer, topic: str, records: list[Record], evolved: bool
+              ) -> list[Record]:
+        """Apply one batch; returns the records the table refuses. With dead letters off and a refusal, nothing
+        is applied (the batch fails)."""
+        valid = [r for r in records if not r.poison]
+        if self.table.mode == REPLACE and self.table.keyed:
+            newest: dict[str, Record] = {}
+            for r in valid:
+                if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset) > rank(
+                        newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset):
+                    newest[r.key] = r
+            attempted = sorted(newest.values(), key=lambda r: (r.partition, r.offset))
+        else:
+            attempted = valid
+        refused = [r for r in attempted if self.refused(r)]
+        if refused and not writer.dead_letters:
+            return refused
+        self.exists = True
+        self.extra = self.extra or evolved
+        for r in attempted:
+            if self.refused(r):
+                continue
+            row = {"topic": topic, "partition": r.partition, "offset": r.offset, "kafka_timestamp": r.stamp,
+                   "k": r.key, "v": r.value}
+            if evolved:
+                row["extra"] = f"e{r.offset}"
+            key = self._key(row)
+            was = self.rows.get(key)
+            if was is None:
+                self.rows[key] = {**({"extra": None} if self.extra else {}), **({"by_hand": "h"} if self.by_hand
+                                                                               else {}), **row}
+                self.inserts += self.trigger_on
+            elif self.table.mode == REPLACE and self._row_rank(was) <= self._row_rank(row):
+                was.update(row)
+        dead = self.dead.setdefault(index, set())
+        dead |= {(topic, r.partition, r.offset) for r in records if r.poison}
+        dead |= {(topic, r.partition, r.offset) for r in refused}
+        if writer.job:
+            ends = self.committed.setdefault(index, {})
+            for r in records:
+                ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+        return refused
+
+    def planned(self, evolved: bool) -> None:
+        """The sink made or evolved the table when it planned a write (before any commit)."""
+        if evolved and not self.extra:
+            self.extra = True
+            for row in self.rows.values():
+                row.setdefault("extra", None)
+        self.exists = True
+
+    def delete(self, partition: int, remainder: int) -> set[Coordinates]:
+        gone = {key: row for key, row in self.rows.items()
+                if row["partition"] == partition and row["offset"] % 5 == remainder}
+        for key in gone:
+            del self.rows[key]
+        coordinates = {(r["topic"], r["partition"], r["offset"]) for r in gone.values()}
+        self.deleted |= coordinates
+        return coordinates
+
+    def update(self, remainder: int) -> int:
+        changed = [row for row in self.rows.values() if row["offset"] % 3 == remainder and len(row["v"]) < 10]
+        for row in changed:
+            row["v"] = row["v"].upper()
+        return len(changed)
+
+    def add_by_hand(self) -> None:
+        self.by_hand = True
+        for row in self.rows.values():
+            row["by_hand"] = "h"
+
+    def expected_rows(self) -> set[tuple]:
+        names = self.columns()
+        return {tuple(row.get(n) for n in names) for row in self.rows.values()}
+
+    def columns(self) -> list[str]:
+        return ["topic", "partition", "offset", "kafka_timestamp", "k", "v", *(["extra"] if self.extra else []),
+                *(["by_hand"] if self.by_hand else [])]

@@ -1,0 +1,150 @@
+"""One run of the checker, drawn from a seed: who writes the table and how, what its users do meanwhile, and
+which fault strikes which batch. Pure: the same seed always draws the same scenario and the same records.
+
+The space (docs/guarantees.md, "Guarantees at every intersection"):
+- writers: one or two on one table; each a stream (a job, one stage kept across batches), a backfill (a job,
+  a bounded write that names where its batch ends) or a `df.write` without a job; dead letters on or off;
+  `evolveSchema` from one of its batches on (a column `extra` appears);
+- the table: `append-new` on the Kafka coordinates, or `replace` on the coordinates or on a key `k` whose
+  versions cross partitions, jobs and batches, some without a Kafka timestamp;
+- users: deletes, updates, a CHECK that refuses long values (and its removal), an insert trigger, a column
+  added by hand, a long REPEATABLE READ reader; a dashboard probes the table throughout;
+- faults: PostgreSQL crashed between two tasks' COPYs or after a commit, a task's Python worker lost after it
+  staged (its retry staged again), the driver killed before its commit or after it (the batch replayed).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from connectors.postgres.sink_options import APPEND_NEW, REPLACE
+
+STREAM, BACKFILL, WRITE = "stream", "backfill", "write"  # WRITE: a df.write without a job
+PATHS = (STREAM, BACKFILL, WRITE)
+
+CRASH_BETWEEN_TASKS = "postgres crashed between two tasks' COPY"
+LOST_WORKER = "a task's Python worker lost after it staged"
+KILLED_BEFORE_COMMIT = "the driver killed before its commit"
+KILLED_AFTER_COMMIT = "the driver killed after its commit"
+CRASH_AFTER_COMMIT = "postgres crashed after a commit"
+FAULTS = (CRASH_BETWEEN_TASKS, LOST_WORKER, KILLED_BEFORE_COMMIT, KILLED_AFTER_COMMIT, CRASH_AFTER_COMMIT)
+JOBLESS_FAULTS = (CRASH_BETWEEN_TASKS, LOST_WORKER)  # a write without a job has no batch to replay
+
+DELETE, UPDATE, CHECK_ON, CHECK_OFF, TRIGGER, COLUMN_BY_HAND, READER = (
+    "delete", "update", "check on", "check off", "trigger", "column by hand", "reader")
+ACTIONS = (DELETE, UPDATE, CHECK_ON, CHECK_OFF, TRIGGER, COLUMN_BY_HAND, READER)
+
+PARTITIONS = 2
+LONG = "L" * 12  # a value the user's CHECK (length(v) < 10) refuses
+T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Writer:
+    path: str
+    dead_letters: bool
+    evolve_from: int | None  # the writer's batch from which its rows carry the column `extra` (evolveSchema)
+
+    @property
+    def job(self) -> bool:
+        return self.path != WRITE
+
+
+@dataclass(frozen=True)
+class Table:
+    mode: str  # APPEND_NEW or REPLACE
+    keyed: bool  # keyColumns=k (replace only); otherwise the default key, the Kafka coordinates
+
+
+@dataclass(frozen=True)
+class Write:
+    """One batch of a writer: per partition, offsets [start, end)."""
+
+    writer: int
+    number: int  # the writer's n-th batch, from 0
+    ranges: tuple[tuple[int, int, int], ...]  # (partition, start, end)
+    fault: str | None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    arg: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    table: Table
+    writers: tuple[Writer, ...]
+    steps: tuple[Write | Action, ...]
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}: table {self.table.mode}{' keyed by k' if self.table.keyed else ''}"]
+        lines += [f"  writer {i}: {w.path}, dead letters {'on' if w.dead_letters else 'off'}"
+                  + (f", evolveSchema from batch {w.evolve_from}" if w.evolve_from is not None else "")
+                  for i, w in enumerate(self.writers)]
+        for step in self.steps:
+            if isinstance(step, Write):
+                size = sum(e - s for _, s, e in step.ranges)
+                lines.append(f"  writer {step.writer} batch {step.number}: {size} records"
+                             + (f", {step.fault}" if step.fault else ""))
+            else:
+                lines.append(f"  user: {step.kind} ({step.arg})")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: str
+    stamp: datetime | None  # the Kafka timestamp; None for a record without one
+    value: str
+    poison: bool  # its parse failed: a dead letter of the pipeline (dead letters on only)
+
+
+POISON_RUN = 8  # poison comes alone or in runs of this many offsets: a small task may stage only dead letters
+
+
+def record(seed: int, writer: int, dead_letters: bool, partition: int, offset: int) -> Record:
+    """The record at this offset of the writer's topic: the same for the same seed, whoever asks."""
+    rng = random.Random(f"{seed}/{writer}/{partition}/{offset}")
+    stamp = None if rng.random() < 0.15 else T0 + timedelta(milliseconds=rng.randrange(100_000))
+    value = LONG if rng.random() < 0.05 else f"v{offset}"
+    in_run = random.Random(f"{seed}/{writer}/{partition}/run {offset // POISON_RUN}").random() < 0.05
+    poison = dead_letters and (in_run or rng.random() < 0.04)
+    return Record(partition, offset, f"k{rng.randrange(12)}", stamp, value, poison)
+
+
+def draw(seed: int, steps: int | None = None) -> Scenario:
+    rng = random.Random(seed)
+    mode = rng.choice((APPEND_NEW, REPLACE))
+    table = Table(mode, keyed=mode == REPLACE and rng.random() < 0.7)
+    writers = []
+    for _ in range(rng.choice((1, 2))):
+        path = rng.choice(PATHS)
+        job = path != WRITE
+        writers.append(Writer(path, dead_letters=job and rng.random() < 0.6,
+                              evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None))
+    drawn: list[Write | Action] = []
+    nexts = [[0] * PARTITIONS for _ in writers]
+    numbers = [0] * len(writers)
+    for _ in range(steps or rng.randrange(4, 10)):
+        if drawn and rng.random() < 0.35:
+            drawn.append(Action(rng.choice(ACTIONS), rng.randrange(1000)))
+            continue
+        w = rng.randrange(len(writers))
+        ranges = []
+        for p in rng.sample(range(PARTITIONS), rng.choice((1, PARTITIONS))):
+            size = rng.choice((rng.randrange(200, 1500), rng.randrange(1, 50), rng.randrange(1, 50),
+                               rng.randrange(1, 4)))
+            ranges.append((p, nexts[w][p], nexts[w][p] + size))
+            nexts[w][p] += size
+        faults = FAULTS if writers[w].job else JOBLESS_FAULTS
+        fault = rng.choice(faults) if rng.random() < 0.35 else None
+        drawn.append(Write(w, numbers[w], tuple(sorted(ranges)), fault))
+        numbers[w] += 1
+    return Scenario(seed, table, tuple(writers), tuple(drawn))

@@ -1,0 +1,51 @@
+"""`make soak SECONDS=3600`: new seeds until the time is up, against a PostgreSQL of the soak's own (the local
+stack's binaries; `streamfill stack up` installs them). Prints each failing seed with its scenario (add it to
+tests/integration/test_checker.py's REGRESSIONS), then the count of runs, faults and checked offsets; exits 1
+when any run broke an invariant."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+import uuid
+
+os.environ.setdefault("STREAMFILL_PG_SSLMODE", "verify-full")  # as every test connects: the stack's CA verifies
+
+
+def main(argv: list[str]) -> int:
+    from streamfill.settings import Settings
+    from tests.checker.harness import Run, Tally, Violation
+    from tests.checker.scenario import draw
+    from tests.private_services import private_postgres
+
+    parser = argparse.ArgumentParser(prog="make soak", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--first-seed", type=int, default=None, help="default: drawn from the clock")
+    args = parser.parse_args(argv)
+    seed = args.first_seed if args.first_seed is not None else random.SystemRandom().randrange(10**6, 10**9)
+    settings = Settings()
+    tally, failed = Tally(), []
+    deadline = time.monotonic() + args.seconds
+    print(f"soak: seeds from {seed} for {args.seconds:.0f} s", flush=True)
+    with private_postgres(settings, range(settings.pg_port + 200, settings.pg_port + 220)) as postgres:
+        while time.monotonic() < deadline:
+            try:
+                Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", tally=tally).run()
+            except Violation as exc:
+                failed.append(seed)
+                print(f"VIOLATION at seed {seed}: {exc}", flush=True)
+            if tally.runs and tally.runs % 25 == 0:
+                print(f"soak: {tally.runs} runs, {tally.faults} faults, {tally.offsets:,} offsets checked",
+                      flush=True)
+            seed += 1
+    print(f"soak: {tally.runs} runs, {tally.faults} faults injected, {tally.batches} batches committed, "
+          f"{tally.offsets:,} committed offsets checked, {len(failed)} violations"
+          + (f" (seeds {', '.join(map(str, failed))})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
