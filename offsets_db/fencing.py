@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from offsets_db import schema
+from offsets_db.locks import THIS_DATABASE
 from offsets_db.models import JobLease
 from streamfill.errors import Fenced, JobBusy
 
@@ -61,7 +62,8 @@ def _age(seconds: float) -> str:
 def _lock_held(job_id: int):
     """True while some session holds the job's advisory lock."""
     return exists(select(literal_column("1")).select_from(text("pg_locks")).where(
-        text("locktype = 'advisory' AND classid = :space AND objid = :job_id AND objsubid = 2 AND granted")
+        text(f"locktype = 'advisory' AND database = {THIS_DATABASE} AND classid = :space AND objid = :job_id "
+             "AND objsubid = 2 AND granted")
         .bindparams(space=LOCK_SPACE, job_id=job_id)))
 
 
@@ -77,7 +79,7 @@ def launch_alive(cur, job: str, generation: int) -> bool:
     cur.execute(schema.sql("""
         SELECT EXISTS (SELECT 1 FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
                        JOIN pg_locks k ON k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
-                                      AND k.objsubid = 2 AND k.granted
+                                      AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """
                        WHERE j.name = %s AND l.generation = %s)"""), (LOCK_SPACE, job, generation))
     return bool(cur.fetchone()[0])
 

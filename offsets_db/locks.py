@@ -24,6 +24,9 @@ TRY = "1s"  # one try's lock_timeout: the longest a request of ours keeps confli
 SHORT_TRY = "50ms"
 PAUSE_S = (0.5, 2.0)  # between tries, so what queued behind a try runs
 REPORT_EVERY_S = 30.0
+# pg_locks shows the locks of every database of the server, and advisory keys and table oids repeat across them (a
+# copy made with CREATE DATABASE ... TEMPLATE has the same job ids and oids): a reader keeps its own database's
+THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
 
 # who holds locks on a table that conflict with a mode (PostgreSQL's conflict table, per requested mode)
 CONFLICTS = {
@@ -75,7 +78,7 @@ def table_holders(schema: str, table: str, mode: str) -> Callable[[object], list
                    extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int, left(a.query, 120)
             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
             WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
-              AND l.relation = to_regclass(%s) AND l.mode = ANY(%s)""",
+              AND l.database = """ + THIS_DATABASE + """ AND l.relation = to_regclass(%s) AND l.mode = ANY(%s)""",
                     (sql.Identifier(schema, table).as_string(cur), list(CONFLICTS[mode])))
         return [f"pid {pid} ({user}, {mode_}, {state} for {age} s: {query!r})"
                 for pid, mode_, user, state, age, query in cur.fetchall()]

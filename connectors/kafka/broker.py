@@ -144,6 +144,28 @@ class Broker:
         except Exception as exc:  # noqa: BLE001
             raise self._fail(f"committing offsets to consumer group {group!r}", exc, started) from None
 
+    def require_group(self, group: str) -> None:
+        """Refuse, naming the group and the fix, when commit_group could not work: no ACL lets this client's user
+        READ the group, or the group has live members (Kafka refuses offsets committed from outside them)."""
+        started = time.monotonic()
+        future = self._admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                      request_timeout=self.timeout_s)[group]
+        try:
+            found = future.result(timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise BrokerError(not_authorized(self.kafka, group, "read", "consumer group")) from None
+            raise self._fail(f"describing consumer group {group!r}", exc, started) from None
+        granted = found.authorized_operations  # None: the broker runs no authorizer
+        if granted is not None and AclOperation.READ not in granted and AclOperation.ALL not in granted:
+            raise BrokerError(not_authorized(self.kafka, group, "read", "consumer group"))
+        if found.members:
+            hosts = ", ".join(sorted({f"{m.client_id} on {m.host}" for m in found.members}))
+            raise BrokerError(f"consumer group {group!r} on {describe(self.kafka)} has live members ({hosts}): Kafka "
+                              "refuses offsets committed from outside them. Give commitToGroup a group no consumer "
+                              "joins, one kept for this job's lag")
+
     def ensure_topic(self, topic: str, partitions: int | None = None) -> int:
         """The topic's partition count, creating it when missing (one partition unless `partitions` says)."""
         have = self.topics().get(topic)

@@ -134,9 +134,13 @@ def refusal(conf: Mapping[str, str], error: str) -> str | None:
     return None
 
 
-def not_authorized(conf: Mapping[str, str], topic: str, operation: str) -> str:
-    """A topic this client's user may not use: which topic, which ACL operation is missing, how to grant it."""
+_ACL_RESOURCES = {"topic": "--topic", "consumer group": "--group"}  # what we name -> kafka-acls.sh's flag
+
+
+def not_authorized(conf: Mapping[str, str], name: str, operation: str, resource: str = "topic") -> str:
+    """A topic (or consumer group) this client's user may not use: which one, which ACL operation is missing, how
+    to grant it."""
     user = conf.get("sasl.username") or "this client's principal"
-    return (f"user {user} may not {operation} topic {topic!r} on {describe(conf)}: no ACL allows "
+    return (f"user {user} may not {operation} {resource} {name!r} on {describe(conf)}: no ACL allows "
             f"{operation.upper()} on it. Ask the cluster's admin for one, e.g. `kafka-acls.sh --add "
-            f"--allow-principal User:{user} --operation {operation.title()} --topic {topic}`")
+            f"--allow-principal User:{user} --operation {operation.title()} {_ACL_RESOURCES[resource]} {name}`")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from connectors.kafka.broker import Broker
+from connectors.kafka import group_mirror
 from connectors.kafka.enumerator import Plan
 from connectors.kafka.options import SourceOptions
 from offsets_db.engine import shared_engine
@@ -17,31 +17,32 @@ from streamfill.partitions import Positions
 
 log = logging.getLogger("streamfill.tracking")
 
-_SECRET_WORDS = ("password", "secret", "jaas", "key", "token", "credential")
-
 
 def job_config(opts: SourceOptions) -> dict:
-    """What offsets_db keeps about a launch; with commitToGroup, the broker options the sink needs to mirror
-    offsets into the group, never credentials (names with password, secret, key, token ... are left out)."""
-    config: dict = {"subscription": repr(opts.subscription), "starting": repr(opts.starting)}
+    """What offsets_db keeps about a launch. With commitToGroup: the group and the read's client without its
+    secrets (the committing process adds its own), once group_mirror.check found that the mirror will work,
+    else the launch is refused here, before anything is recorded. Without it: no mirror, also for a job an
+    earlier launch mirrored."""
+    config: dict = {"subscription": repr(opts.subscription), "starting": repr(opts.starting),
+                    "commit_to_group": None}
     if opts.commit_to_group:
-        config["commit_to_group"] = {
-            "group": opts.commit_to_group,
-            "kafka": {k: v for k, v in opts.kafka.items() if not any(w in k.lower() for w in _SECRET_WORDS)}}
+        group_mirror.check(opts.commit_to_group, opts.kafka)
+        config["commit_to_group"] = {"group": opts.commit_to_group, "kafka": group_mirror.kept(opts.kafka)}
     return config
 
 
 def mirror_to_group(config: Mapping, positions: Positions) -> None:
     """commitToGroup: the Kafka group follows offsets_db, the source of truth. A failure is logged, not
-    raised: the batch is already committed, and the next batch's mirror catches the group up."""
+    raised: the batch is already committed, and the next batch's mirror catches the group up. What the
+    launch's configuration decides (secrets, ACLs, a group used by consumers) was checked at its start."""
     target = config.get("commit_to_group")
     if not target or not positions:
         return
     try:
-        Broker(target["kafka"], timeout_s=10).commit_group(
-            target["group"], positions)
+        group_mirror.commit(target["kafka"], target["group"], positions)
     except Exception as exc:  # noqa: BLE001
-        log.warning("offsets not mirrored to consumer group %s: %s", target["group"], exc)
+        log.warning("offsets not mirrored to consumer group %s (the batch is committed; the next batch's mirror "
+                    "catches the group up): %s", target["group"], exc)
 
 
 class JobTracker:

@@ -16,6 +16,7 @@ import psycopg2.errors
 import pyarrow as pa
 from psycopg2 import sql
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 from connectors.postgres.sink_options import REPLACE
 from connectors.spark import postgres_sink
@@ -25,9 +26,9 @@ from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
 from tests.checker.model import Model
 from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
-                                    CRASH_BETWEEN_TASKS, DELETE, KILLED_AFTER_COMMIT, KILLED_BEFORE_COMMIT,
-                                    LOST_WORKER, READER, STREAM, TRIGGER, UPDATE, Action, Record, Scenario, Write,
-                                    record)
+                                    CRASH_BETWEEN_TASKS, DELETE, DOWN_AT_COMMIT, KILLED_AFTER_COMMIT,
+                                    KILLED_BEFORE_COMMIT, LOST_WORKER, READER, STREAM, TRIGGER, UPDATE, Action,
+                                    Record, Scenario, Write, record)
 
 CHECK = "sf_checker_short_v"
 
@@ -154,6 +155,8 @@ class Run:
         if fault == KILLED_BEFORE_COMMIT:
             self.relaunch(step)
             return "again"
+        if fault == DOWN_AT_COMMIT:
+            return self.down_at_commit(step, plan, messages)
         try:
             postgres_sink._commit(plan, messages, None)
         except SinkError as exc:
@@ -186,6 +189,25 @@ class Run:
             if step.writer in self.leases:
                 self.leases.pop(step.writer).release()
         return "done"
+
+    def down_at_commit(self, step: Write, plan, messages) -> str:
+        """PostgreSQL is down when the driver commits: the batch fails (an outage is retried, never taken for a
+        bad record), Spark aborts it, and the restarted launch replays it once PostgreSQL is back."""
+        self.postgres.stop()
+        try:
+            postgres_sink._commit(plan, messages, None)
+        except (DBAPIError, psycopg2.OperationalError) as exc:
+            if "refused" not in str(exc).lower() and "connect" not in str(exc).lower():
+                self.fail(f"a commit with PostgreSQL down failed without saying it could not connect: {exc}")
+        else:
+            self.fail(f"writer {step.writer}'s batch {step.number} committed with PostgreSQL down")
+        finally:
+            postgres_sink._abort(plan, messages)  # cannot reach PostgreSQL: logs and leaves the stage
+            self.postgres.start()
+        self.expect_nothing_committed(step)
+        if self.scenario.writers[step.writer].job:
+            self.relaunch(step)
+        return "again"
 
     def refused(self, step: Write, records: list[Record], message: str) -> None:
         """A row the table refuses with dead letters off: the batch failed naming the row, the constraint and

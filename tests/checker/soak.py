@@ -24,14 +24,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--first-seed", type=int, default=None, help="default: drawn from the clock")
+    parser.add_argument("--seeds", type=int, default=None, help="run this many seeds, however long they take "
+                        "(to replay one: --first-seed N --seeds 1)")
     args = parser.parse_args(argv)
     seed = args.first_seed if args.first_seed is not None else random.SystemRandom().randrange(10**6, 10**9)
     settings = Settings()
     tally, failed = Tally(), []
-    deadline = time.monotonic() + args.seconds
-    print(f"soak: seeds from {seed} for {args.seconds:.0f} s", flush=True)
+    print(f"soak: seeds from {seed} " + (f"({args.seeds})" if args.seeds else f"for {args.seconds:.0f} s"),
+          flush=True)
     with private_postgres(settings, range(settings.pg_port + 200, settings.pg_port + 220)) as postgres:
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + args.seconds
+        while (time.monotonic() < deadline) if args.seeds is None else (tally.runs + len(failed) < args.seeds):
             try:
                 Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", tally=tally).run()
             except Violation as exc:

@@ -10,18 +10,13 @@ import uuid
 import pytest
 
 from tests.checker.harness import Run
+from tests.checker.regressions import REGRESSIONS
 from tests.checker.scenario import draw
 from tests.integration.conftest import worker_ports
 from tests.private_services import private_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
-# seeds that found a defect (each fails on a0c763e): what each found
-REGRESSIONS: dict[int, str] = {
-    1000: "in replace, a version without a Kafka timestamp won over newer ones (NULLs first in ORDER BY ... DESC)",
-    1003: "a df.write without a job left out a row the table refused, and succeeded",
-    1020: "a backfill with dead letters off left out a row the table refused while its offsets committed",
-}
 SEEDS = range(1, 13)
 
 

@@ -28,6 +28,7 @@ from offsets_db.store import OffsetStore
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
 from tests.kafka_helpers import create_topic, end_offsets, produce
+from tests.private_services import crash
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -269,6 +270,57 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
     assert_exactly_once(url, job, table, {0: 300, 1: 130})
 
 
+def test_a_copy_of_offsets_db_on_the_same_server_whose_launch_holds_the_same_job_holds_nothing_here(stack_settings):
+    """Advisory and table locks belong to their database: a copy of offsets_db on the same server (CREATE
+    DATABASE ... TEMPLATE: a staging or test install) has the same job ids and table oids, and its launch holding
+    the job holds nothing here. Here the job's launch ended: a plan without a hold is not refused as busy, the
+    sink's sweep sees that launch dead, and a wait for a table lock names none of the copy's sessions."""
+    import psycopg2
+    from sqlalchemy import make_url
+
+    from app.stack.postgres import admin_url
+    from bench.leftovers import scratch_database
+    from connectors.spark.postgres_sink import dsn
+    from offsets_db.fencing import launch_alive
+    from offsets_db.locks import table_holders
+
+    job, schema = "copied", stack_settings.db_schema
+    with scratch_database(stack_settings, "fencing") as url:
+        store = OffsetStore(url)
+        store.ensure_job(job, "backfill")
+        ended = store.hold(job)
+        ended.release()
+        store.engine.dispose()  # a template database takes no connection while it is copied
+        original = make_url(url).database
+        copy_url = make_url(url).set(database=f"{original}_copy").render_as_string(hide_password=False)
+        admin = create_engine(admin_url(stack_settings), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{original}_copy" TEMPLATE "{original}"'))
+        copy = OffsetStore(copy_url)
+        try:
+            held = copy.hold(job)  # the copy's launch of the job, alive
+            reader = copy.engine.connect()  # a reader of the copy's jobs table
+            reader.execute(text(f'SELECT count(*) FROM "{schema}".jobs'))
+            reader_pid = reader.execute(text("SELECT pg_backend_pid()")).scalar()
+            store.record_planned(job, [PlannedRange("t", 0, 0, 10)])  # planning without a hold, no launch alive
+            conn = psycopg2.connect(dsn(url))
+            try:
+                with conn.cursor() as cur:
+                    assert not launch_alive(cur, job, ended.generation), "the sweep keeps a dead launch's stage"
+                    holders = table_holders(schema, "jobs", "ACCESS EXCLUSIVE")(cur)
+                    assert not [h for h in holders if f"pid {reader_pid} " in h], holders
+            finally:
+                conn.close()
+            reader.close()
+            held.release()
+        finally:
+            copy.engine.dispose()
+            store.engine.dispose()
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE "{original}_copy" WITH (FORCE)'))
+            admin.dispose()
+
+
 def _entry(tmp_path: Path, name: str, topic: str) -> Path:
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"""jobs:
@@ -341,10 +393,10 @@ def test_a_chunk_that_fails_beside_another_fails_the_run_and_the_rerun_lands_eac
 
     name = f"fail_{topic_name}"
     jobs, args = _backfill_of(tmp_path, bootstrap, name, topic_name, 3, 3000, 400)
-    crash = {"STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "2",
-             "STREAMFILL_FAILPOINT_ACTION": "exit", "STREAMFILL_FAILPOINT_DIR": str(tmp_path / "fp")}
+    dies = {"STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "2",
+            "STREAMFILL_FAILPOINT_ACTION": "exit", "STREAMFILL_FAILPOINT_DIR": str(tmp_path / "fp")}
     with receiver() as lineage:
-        out, _ = _cli(args, jobs, {**crash, **lineage.env}).communicate(timeout=600)
+        out, _ = _cli(args, jobs, {**dies, **lineage.env}).communicate(timeout=600)
         assert "Committed chunks stay committed" in out, out[-3000:]
         url = stack_settings.offsets_db_url
         job = _backfill_job(url, name)
@@ -389,11 +441,6 @@ def _backfill_job(url: str, entry: str) -> str:
 
 # PostgreSQL crashes
 
-def _crash(postgres) -> None:
-    """`pg_ctl stop -m immediate`: no shutdown checkpoint; recovery empties UNLOGGED tables."""
-    postgres._run([postgres._bin("pg_ctl"), "-D", str(postgres.data_dir), "stop", "-m", "immediate", "-w"], "crash")
-
-
 def test_postgres_crashed_between_the_tasks_copy_and_the_commit_fails_the_batch_and_the_rerun_is_exactly_once(
         private_postgres, bootstrap, topic_name, tmp_path):
     create_topic(bootstrap, topic_name, 4)
@@ -405,7 +452,7 @@ def test_postgres_crashed_between_the_tasks_copy_and_the_commit_fails_the_batch_
                                                                **pause_at(fp, "sink.staged", 2)})
     try:
         wait_for(fp / "reached", driver, "the second commit")
-        _crash(private_postgres)
+        crash(private_postgres)
         private_postgres.start()
         (fp / "go").touch()
         _, err = driver.communicate(timeout=300)

@@ -1,7 +1,7 @@
 """The stack's SASL_SSL listener (SCRAM-SHA-512, its own CA, the authorizer on), as a team's cluster: a backfill,
-a stream and the Kafka sink land each record once with credentials; the secrets reach no argv, log, Spark UI
-page or offsets_db row; a wrong password, a missing ACL and an untrusted certificate are refused with what to
-set, before anything is recorded."""
+a stream and the Kafka sink land each record once with credentials, and commitToGroup mirrors every commit into
+its group; the secrets reach no argv, log, Spark UI page or offsets_db row; a wrong password, a missing ACL and an
+untrusted certificate are refused with what to set, before anything is recorded."""
 
 from __future__ import annotations
 
@@ -32,10 +32,11 @@ from confluent_kafka.admin import (
 from sqlalchemy import text
 
 from connectors.kafka.broker import Broker
+from offsets_db.exactly_once import PlannedRange
 from spark_jobs import backfill, stream
 from spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
-from streamfill.errors import BrokerError
+from streamfill.errors import BrokerError, OptionError
 from streamfill.kafka_client import settings_env
 from streamfill.partitions import TopicPartition
 
@@ -220,3 +221,64 @@ def test_a_wrong_password_a_missing_acl_and_an_untrusted_certificate_are_refused
     names = [f"{topic_name}-{x}" for x in "abcd"]
     assert query(db, "SELECT count(*) FROM jobs WHERE name = ANY(:n)", n=names) == [(0,)]
     assert query(db, "SELECT to_regclass(:t) IS NULL", t=f"{topic_name}_refused") == [(True,)]
+
+
+def test_commit_to_group_over_sasl_ssl_leaves_the_groups_offsets_equal_to_offsets_db_after_every_commit(
+        stack_settings, secured, db, topic_name, limited_user, monkeypatch):
+    """commitToGroup on the SASL_SSL listener, through the source's record of the launch and the sink's commit
+    (no Spark: both run in this process, as in the driver's): after each commit, a lag tool reading the group sees
+    offsets_db's offsets. The committing process takes the secrets from its STREAMFILL_KAFKA_* settings, as
+    streamfill's launches and Airflow's tasks give them; a launch whose process lacks them, or whose user may
+    not commit the group, is refused at its start, before anything is recorded."""
+    from connectors.kafka import options as source_options
+    from connectors.spark import postgres_sink
+    from connectors.spark.source import _tracker
+    from tests.integration.test_faults import _rows, _sink
+    from tests.integration.test_postgres_sink import group_offsets
+
+    ensure_topic(secured, topic_name, 2)
+    produce(secured, topic_name, 200, seed=6)
+    ends = log_ends(secured, topic_name, 2)
+    job, table, group = f"{topic_name}-grp", f"{topic_name}_grp", f"{topic_name}-lag"
+    url = stack_settings.offsets_db_url
+
+    def launch(kafka: dict[str, str], job: str = job):
+        """What the source does at its start: its options parsed, its record of the job in offsets_db made."""
+        return _tracker(source_options.parse({**{f"kafka.{k}": v for k, v in kafka.items()}, "subscribe": topic_name,
+                                              "job": job, "commitToGroup": group, "offsetsDbUrl": url},
+                                             streaming=True), "stream")
+
+    def settings_for(kafka: dict[str, str]) -> None:
+        for name in [k for k in os.environ if k.startswith("STREAMFILL_KAFKA_")]:
+            monkeypatch.delenv(name)
+        for name, value in settings_env(kafka).items():
+            monkeypatch.setenv(name, value)
+
+    settings_for(secured)
+    tracker = launch(secured)
+    admin = AdminClient({"bootstrap.servers": stack_settings.bootstrap_servers})  # a lag tool, as the super user
+    try:
+        half = {p: e // 2 for p, e in ends.items()}
+        for start, end in (({p: 0 for p in ends}, half), (half, ends)):  # two batches, two commits
+            tracker.store.record_planned(job, [PlannedRange(topic_name, p, start[p], end[p]) for p in ends],
+                                         generation=tracker.generation)
+            plan = _sink(table, job, tracker.generation, url)
+            postgres_sink._commit(plan, [_rows(plan, topic_name, start[p], end[p], p) for p in ends], None)
+            latest = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j", j=job))
+            assert latest == end
+            assert group_offsets(admin, group, topic_name) == latest, "the group mirrors every commit"
+    finally:
+        tracker.release()
+    assert secured["sasl.password"] not in offsets_db_text(db, job)
+    admin.delete_consumer_groups([group])[group].result(30)
+
+    refused = f"{topic_name}-refused"
+    settings_for({})  # a Spark user's session given the password as an option only
+    with pytest.raises(OptionError, match=r"commitToGroup=.*kafka\.sasl\.password.*STREAMFILL_KAFKA_SASL_PASSWORD"):
+        launch(secured, refused)
+    user, password = limited_user
+    limited = {**secured, "sasl.username": user, "sasl.password": password}
+    settings_for(limited)
+    with pytest.raises(BrokerError, match=f"user {user} may not read consumer group '{group}'"):
+        launch(limited, refused)
+    assert query(db, "SELECT count(*) FROM jobs WHERE name = :j", j=refused) == [(0,)]

@@ -9,8 +9,9 @@ import pytest
 
 from connectors.postgres.sink_options import APPEND_NEW, REPLACE
 from tests.checker.model import Model
+from tests.checker.regressions import REGRESSIONS
 from tests.checker.scenario import (ACTIONS, FAULTS, LONG, PATHS, T0, Action, Record, Table, Write, Writer, draw,
-                                    record)
+                                    fingerprint, record)
 
 pytestmark = pytest.mark.unit
 
@@ -18,6 +19,11 @@ pytestmark = pytest.mark.unit
 def test_a_seed_draws_the_same_scenario_and_the_same_records_every_time():
     assert draw(7) == draw(7) and draw(7) != draw(8)
     assert record(7, 0, True, 1, 42) == record(7, 0, True, 1, 42)
+
+
+def test_each_regression_seed_still_draws_the_scenario_that_found_its_defect():
+    assert {seed: fingerprint(draw(seed)) for seed in REGRESSIONS} == {
+        seed: pinned for seed, (_, pinned) in REGRESSIONS.items()}, "see tests/checker/regressions.py"
 
 
 def test_two_hundred_seeds_reach_every_path_fault_action_and_option():

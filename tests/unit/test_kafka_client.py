@@ -89,6 +89,21 @@ def test_secrets_are_redacted_and_an_airflow_connection_round_trips():
         kafka_client(Connection({"extra": {"bootstrap_servers": "h:1", "security_protocol": "TLS"}}))
 
 
+def test_commit_to_groups_client_is_stored_without_secrets_and_gets_them_only_from_settings_of_the_same_owner():
+    """offsets_db keeps the mirror's client without a secret, the mutual-TLS key and certificate files included;
+    the committing process adds its settings' secrets only when they name the same cluster and principal."""
+    from connectors.kafka.group_mirror import client, kept
+
+    read = {"bootstrap.servers": "a:9094,b:9094", "security.protocol": "SSL", "ssl.ca.location": "/ca.pem",
+            "ssl.certificate.location": "/c.pem", "ssl.key.location": "/k.pem", "ssl.key.password": "k3y"}
+    stored = kept(read)
+    assert stored == {k: v for k, v in read.items() if k != "ssl.key.password"}
+    settings = {**read, "bootstrap.servers": "b:9094, a:9094"}
+    assert client(stored, settings) == read
+    for other in ({"bootstrap.servers": "evil:9094"}, {"ssl.key.location": "/other.pem"}, {"sasl.username": "x"}):
+        assert "ssl.key.password" not in client(stored, {**settings, **other}), other
+
+
 def test_the_postgres_connection_carries_libpq_tls_settings_both_ways():
     from sqlalchemy import make_url
 

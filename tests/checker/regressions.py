@@ -1,0 +1,15 @@
+"""Seeds that once broke an invariant, each kept as a regression test (tests/integration/test_checker.py) with
+what it found and the fingerprint of the scenario it draws. A failing seed of `make soak` belongs here; when a
+change of the generator changes a fingerprint, find seeds that fail on the commit before each fix again (run
+`python -m tests.checker.soak --first-seed N --seeds 1` in a checkout of that commit with this checker)."""
+
+from __future__ import annotations
+
+# seed: (what it found on a0c763e, fingerprint of its scenario)
+REGRESSIONS: dict[int, tuple[str, str]] = {
+    1000: ("in replace, a version without a Kafka timestamp won over newer ones (NULLs first in ORDER BY ... DESC)",
+           "d778a4fd46ca3a2b"),
+    1003: ("a df.write without a job left out a row the table refused, and succeeded", "42d687766524cbca"),
+    1020: ("a backfill with dead letters off left out a row the table refused while its offsets committed",
+           "1c14a01156525074"),
+}
