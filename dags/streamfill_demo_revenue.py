@@ -1,6 +1,6 @@
 """A DAG downstream of streamfill, as a team writes one: it runs when the `orders` stream's commits are announced
-(one run per announcement, keyed commits:<n>) and adds the revenue of exactly the orders those commits hold to
-the table orders_revenue, one row per announcement. `make demo` shows its runs; `runs` counts how often each
+(one run per announcement, keyed commits:orders:<n>) and adds the revenue of exactly the orders those commits hold
+to the table orders_revenue, one row per announcement. `make demo` shows its runs; `runs` counts how often each
 announcement was processed, so a repeated or lost announcement would show."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ with DAG("streamfill_demo_revenue", catchup=False, max_active_runs=1, tags=["str
     def revenue() -> None:
         from sqlalchemy import func, select, text
 
+        from offsets_db.announce_plan import commits_key
         from offsets_db.engine import make_engine
         from orchestration.tasks import endpoints
 
@@ -31,7 +32,7 @@ with DAG("streamfill_demo_revenue", catchup=False, max_active_runs=1, tags=["str
                     rows = downstream.rows_in("orders_events", event["offsets"], "event_type", "amount").subquery()
                     orders, total = conn.execute(select(func.count(), func.coalesce(func.sum(rows.c.amount), 0))
                                                  .where(rows.c.event_type == "order")).one()
-                    key = f"commits:{event['announcement']}"
+                    key = commits_key(event["job"], event["announcement"])
                     conn.execute(text(
                         "INSERT INTO orders_revenue (announcement, commits, orders, revenue) VALUES (:k, :c, :o, :r) "
                         "ON CONFLICT (announcement) DO UPDATE SET runs = orders_revenue.runs + 1, "

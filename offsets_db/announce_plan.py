@@ -4,7 +4,8 @@ downstream DAG reads. No I/O here (offsets_db/announcements.py reads and records
 
 A stream's announcement covers the commits after the previous one's last, without gap: `covering` refuses
 anything else, and `cover_problems` names every gap, overlap or repeat between what was committed and what was
-announced (the tests' and the demo's check)."""
+announced (the tests' and the demo's check); `asset_cover_problems` does so for every job announcing on one
+table's asset, and names a partition key that is not its announcement's."""
 
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ class Covered:
     offsets: dict[str, dict[str, list[list[int]]]]  # topic -> partition -> [[start, end), ...], merged
     first_committed_at: datetime
     last_committed_at: datetime
+
+
+def commits_key(job: str, announcement: int) -> str:
+    """The partition key of a job's announcement number `announcement`. It names the job: the jobs writing one
+    table announce on its one asset, each numbering its announcements from 1 (a job name has no colon)."""
+    return f"{COMMITS}:{job}:{announcement}"
 
 
 def segments(ranges: Iterable[Range]) -> dict[str, dict[str, list[list[int]]]]:
@@ -114,4 +121,32 @@ def cover_problems(committed: Sequence[Commit], announced: Iterable[Mapping[str,
     problems += [f"commit {n} (batch {by_number[n].batch_seq}) never announced" for n in sorted(by_number)
                  if n not in seen]
     problems += [f"commit {n} announced but never committed" for n in sorted(seen) if n not in by_number]
+    return problems
+
+
+def asset_cover_problems(committed: Mapping[str, Sequence[Commit]],
+                         events: Iterable[tuple[str | None, Mapping[str, Any]]]) -> list[str]:
+    """Every difference between the commits of the jobs writing one table (by job) and the announcements on the
+    table's asset, as (partition key, extra's streamfill part) of each event: per job, what `cover_problems`
+    names; an event keyed other than `commits_key` of its job and number, a key given twice, or an announcement
+    of a job not among `committed`."""
+    by_job: dict[str, list[Mapping[str, Any]]] = {job: [] for job in committed}
+    keys: dict[str, int] = {}
+    problems = []
+    for key, body in events:
+        if body.get("kind") != COMMITS:
+            continue
+        job = body["job"]
+        if job not in by_job:
+            problems.append(f"announcement {body.get('announcement')} of job {job}, which is not among "
+                            f"{sorted(committed)}")
+            continue
+        by_job[job].append(body)
+        want = commits_key(job, body["announcement"])
+        if key != want:
+            problems.append(f"announcement {body['announcement']} of job {job} is keyed {key!r}, not {want!r}")
+        keys[key] = keys.get(key, 0) + 1
+    problems += [f"partition key {key!r} given {n} times" for key, n in keys.items() if n > 1]
+    for job, bodies in by_job.items():
+        problems += [f"job {job}: {p}" for p in cover_problems(committed[job], bodies)]
     return problems

@@ -5,7 +5,9 @@ delivery state, and what one pass of a window's job committed.
 Delivery (orchestration/announce.py) goes: `form` records the next announcement with its token and extra before
 anything is sent; `attempting` is committed before each send; `delivered` records Airflow's event id. An
 announcement attempted but not known delivered is looked up in Airflow by its token before it is sent again, so
-a crash at any point neither loses nor repeats one. `holding` lets one announcer of a job work at a time."""
+a crash at any point neither loses nor repeats one. `holding` lets one announcer of a job work at a time, and
+`attempting` records an attempt only while its announcer still holds the job: a hold ends with its session (at
+a restart of PostgreSQL, say) while its announcer goes on, and a second announcer may take the job meanwhile."""
 
 from __future__ import annotations
 
@@ -16,14 +18,25 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, text, update
+from sqlalchemy import Engine, and_, exists, func, literal_column, or_, select, text, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from offsets_db.announce_plan import COMMITS, Commit, Covered, covering, from_extra, to_extra
+from offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
 from offsets_db.exactly_once import job_id_of
 from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
 ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """An announcer's hold on a job: the session holding the advisory lock, by process id and start (a process id
+    alone may be reused by another session after a restart)."""
+
+    job_id: int
+    pid: int
+    backend_start: datetime
 
 
 @dataclass(frozen=True)
@@ -81,22 +94,44 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
 
 
 @contextmanager
-def holding(engine: Engine, job: str) -> Iterator[bool]:
-    """Whether this process is the job's announcer: a session advisory lock held while the block runs (two
-    triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the connection."""
+def holding(engine: Engine, job: str) -> Iterator[Hold | None]:
+    """This process's hold on the job's announcer lock while the block runs, or None when another session holds
+    it (two triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the session,
+    which PostgreSQL may end at any time: `held` says whether the hold still stands."""
     with Session(engine) as s:
         job_id = job_id_of(s, job)
     with engine.connect() as conn:
-        got = conn.scalar(text("SELECT pg_try_advisory_lock(:space, :job)"),
-                          {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:space, :job) AS got, pg_backend_pid() AS pid, "
+                                "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS since"),
+                           {"space": ANNOUNCER_LOCK_SPACE, "job": job_id}).one()
         conn.commit()
+        hold = Hold(job_id, got.pid, got.since) if got.got else None
         try:
-            yield bool(got)
+            yield hold
         finally:
-            if got:
-                conn.execute(text("SELECT pg_advisory_unlock(:space, :job)"),
-                             {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
-                conn.commit()
+            if hold is not None:
+                try:
+                    conn.execute(text("SELECT pg_advisory_unlock(:space, :job)"),
+                                 {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
+                    conn.commit()
+                except DBAPIError:
+                    pass  # the session is gone, and its lock with it
+
+
+def _holds(hold: Hold):
+    """True while `hold`'s session (in this database) still holds its job's announcer lock."""
+    return exists(select(literal_column("1")).select_from(text("pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"))
+                  .where(text("l.locktype = 'advisory' AND l.granted AND l.classid::bigint = :space "
+                              "AND l.objid::bigint = :job AND l.objsubid = 2 AND l.pid = :pid "
+                              "AND a.backend_start = :since "
+                              "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+                         .bindparams(space=ANNOUNCER_LOCK_SPACE, job=hold.job_id, pid=hold.pid,
+                                     since=hold.backend_start)))
+
+
+def held(engine: Engine, hold: Hold) -> bool:
+    with Session(engine) as s:
+        return bool(s.scalar(select(_holds(hold))))
 
 
 def pending(engine: Engine, job: str) -> Pending | None:
@@ -132,17 +167,20 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     extra = to_extra(COMMITS, job, covering(found, after), announcement=seq, uuid=str(token), asset=asset_uri)
     with Session(engine) as s, s.begin():
         a = Announcement(job_id=job_id_of(s, job), seq=seq, token=token, first_commit=found[0].number,
-                         last_commit=found[-1].number, partition_key=f"{COMMITS}:{seq}", extra=extra)
+                         last_commit=found[-1].number, partition_key=commits_key(job, seq), extra=extra)
         s.add(a)
         s.flush()
         s.refresh(a)
         return Pending(a.id, a.seq, a.token, a.partition_key, a.extra, 0, a.created_at)
 
 
-def attempting(engine: Engine, announcement_id: int) -> None:
+def attempting(engine: Engine, announcement_id: int, hold: Hold) -> bool:
+    """Record an attempt to send the announcement, committed before it leaves; False (nothing recorded, nothing to
+    send) when `hold` no longer holds the job: a second announcer may have taken it and be sending this one."""
     with Session(engine) as s, s.begin():
-        s.execute(update(Announcement).where(Announcement.id == announcement_id)
-                  .values(attempts=Announcement.attempts + 1))
+        return s.execute(update(Announcement).where(Announcement.id == announcement_id, _holds(hold))
+                         .values(attempts=Announcement.attempts + 1)
+                         .execution_options(synchronize_session=False)).rowcount == 1
 
 
 def failed(engine: Engine, announcement_id: int, error: str) -> None:

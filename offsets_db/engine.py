@@ -9,9 +9,10 @@ from offsets_db import schema
 from streamfill.pg import connect_args
 
 
-def make_engine(url: str, **kwargs) -> Engine:
-    """Its ORM statements name offsets_db's tables in STREAMFILL_DB_SCHEMA (offsets_db.schema)."""
-    return create_engine(url, connect_args=connect_args(), pool_pre_ping=True,
+def make_engine(url: str, options: str = "", **kwargs) -> Engine:
+    """Its ORM statements name offsets_db's tables in STREAMFILL_DB_SCHEMA (offsets_db.schema); `options` adds
+    server settings of the caller's own (streamfill.pg.connect_args)."""
+    return create_engine(url, connect_args=connect_args(options), pool_pre_ping=True,
                          execution_options={"schema_translate_map": schema.translate_map()}, **kwargs)
 
 

@@ -2,16 +2,22 @@
 stream's table, at most one per `announce_every`, each covering the commits after the previous one's, without
 gap or overlap (offsets_db/announcements.py keeps the state, offsets_db/announce_plan.py the extra's shape).
 
-Each event goes to Airflow's REST API (`POST /api/v2/assets/events`, keyed `commits:<n>`) as the user of the
-connection `streamfill_airflow_api`. An announcement is recorded before it is sent, and every send attempt is
-recorded before it leaves; one attempted but not known delivered is first looked up among the asset's events by
-its token, so a crash of the announcer, of Airflow or of PostgreSQL between any two steps neither loses nor
-repeats an announcement. Airflow's triggerer runs it (orchestration/announcer_trigger.py); `run` does the same
-in a process of its own."""
+Each event goes to Airflow's REST API (`POST /api/v2/assets/events`, keyed `commits:<job>:<n>`) as the user of
+the connection `streamfill_airflow_api`. An announcement is recorded before it is sent, and every send attempt is
+recorded before it leaves, by the job's one announcer (`announcements.holding`); one attempted but not known
+delivered is first looked up among the asset's events by its token, so a crash of the announcer, of Airflow or of
+PostgreSQL between any two steps neither loses nor repeats an announcement.
+
+Airflow stores every event it is sent (it deduplicates none), and a send whose answer never came (a timeout, a
+connection cut) may still be on its way: Airflow may store it after a lookup found nothing. Such a send is looked
+up again, not repeated, until `resend_after` has passed; a send Airflow refused or never received is repeated at
+once. Airflow's triggerer runs the announcer (orchestration/announcer_trigger.py); `run` does the same in a
+process of its own."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import urllib.error
 from collections.abc import Callable
@@ -21,12 +27,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from offsets_db import announcements
-from offsets_db.announcements import Pending
+from offsets_db.announcements import Hold, Pending
 from orchestration.airflow_api import AirflowApi
 from orchestration.connections import API_CONNECTION
 from streamfill import failpoints
 from streamfill.datasets import PgTable
-from streamfill.errors import AirflowError
+from streamfill.errors import AirflowError, UnknownJob
 
 log = logging.getLogger("streamfill.announce")
 
@@ -34,19 +40,26 @@ POLL_S = 2.0  # how often a due announcer looks for new commits
 LOOKBACK = timedelta(hours=1)  # how far before an announcement's creation its event is looked for (clock skew)
 BACKOFF_S = (5.0, 60.0)  # after a failed step, doubling up to the second
 OUTAGES = (AirflowError, urllib.error.URLError, OSError, DBAPIError, KeyError)  # a step failing so is tried again
+# how long a send without an answer may still reach Airflow: until then it is looked up, not sent again
+RESEND_AFTER = timedelta(minutes=5)
 
 
 class Announcer:
     """One job's announcer. `api` logs in again after a failure (a token expired, Airflow restarted)."""
 
     def __init__(self, engine: Engine, api: Callable[[], AirflowApi], job: str, asset_uri: str,
-                 every: timedelta) -> None:
+                 every: timedelta, resend_after: timedelta = RESEND_AFTER) -> None:
         self.engine, self.api_factory, self.job, self.asset_uri, self.every = engine, api, job, asset_uri, every
+        self.resend_after = resend_after
         self._api: AirflowApi | None = None
         self._asset: int | None = None
+        # announcement id -> since when (monotonic) an attempt of it, unanswered and not found, may still land;
+        # a process that finds one attempted by another process starts the wait when it first looks
+        self._unanswered: dict[int, float] = {}
 
-    def step(self) -> float:
-        """Deliver the pending announcement, or form and deliver the next; the seconds until the next step."""
+    def step(self, hold: Hold) -> float:
+        """Deliver the pending announcement, or form and deliver the next; the seconds until the next step. Sends
+        nothing unless `hold` still holds the job."""
         pending = announcements.pending(self.engine, self.job)
         if pending is None:
             pending = announcements.form(self.engine, self.job, self.every, self.asset_uri)
@@ -57,13 +70,29 @@ class Announcer:
             found = self._find(api, asset, pending)
             if found is not None:
                 announcements.delivered(self.engine, pending.id, found)
+                self._unanswered.pop(pending.id, None)
                 self._said(pending, found, "found in Airflow after an interrupted delivery")
                 return 0.0
-        announcements.attempting(self.engine, pending.id)
+            if pending.id not in self._unanswered:  # attempted by another process, or before a restart
+                self._unanswered[pending.id] = time.monotonic()
+                log.info("announcement %s of job %s was sent without an answer and is not in Airflow: looked up, "
+                         "not sent again, for %s", pending.seq, self.job, self.resend_after)
+            left = self.resend_after.total_seconds() - (time.monotonic() - self._unanswered[pending.id])
+            if left > 0:
+                return min(left, BACKOFF_S[0])
+        if not announcements.attempting(self.engine, pending.id, hold):
+            return 0.0  # the hold is gone: `run` sees it and waits for the lock again
         failpoints.hit("announce.attempting")
-        event = api.create_asset_event(asset, pending.extra, pending.partition_key)
+        self._unanswered[pending.id] = time.monotonic()
+        try:
+            event = api.create_asset_event(asset, pending.extra, pending.partition_key)
+        except Exception as exc:
+            if _never_stored(exc):
+                self._unanswered[pending.id] = -math.inf  # nothing of it can land: the next step sends again
+            raise
         failpoints.hit("announce.posted")
         announcements.delivered(self.engine, pending.id, event)
+        self._unanswered.pop(pending.id, None)
         self._said(pending, event, "delivered")
         return 0.0
 
@@ -80,17 +109,31 @@ class Announcer:
 
     def run(self, stop: Callable[[], bool] = lambda: False, sleep: Callable[[float], object] = time.sleep,
             retried: tuple[type[Exception], ...] = OUTAGES) -> None:
-        """Steps until `stop()`, while this process holds the job's announcer lock (else it waits for it). A step
-        failing with one of `retried` is recorded and tried again after a backoff; anything else ends the run."""
-        failures = 0
+        """Steps until `stop()`, while this process holds the job's announcer lock (else it waits for it), checked
+        before every step. A step, or the hold, failing with one of `retried` is recorded and tried again after a
+        backoff; anything else ends the run."""
+        failures, waiting_for_job = 0, False
         while not stop():
-            with announcements.holding(self.engine, self.job) as mine:
-                while mine and not stop():
-                    try:
-                        delay, failures = self.step(), 0
-                    except retried as exc:
-                        delay, failures = self.failed(exc, failures + 1), failures + 1
-                    sleep(delay)
+            try:
+                with announcements.holding(self.engine, self.job) as hold:
+                    while hold is not None and not stop():
+                        if not announcements.held(self.engine, hold):
+                            log.warning("the announcer of job %s lost its lock (its PostgreSQL session ended); "
+                                        "it waits to take it again", self.job)
+                            break
+                        try:
+                            delay, failures = self.step(hold), 0
+                        except retried as exc:
+                            delay, failures = self.failed(exc, failures + 1), failures + 1
+                        sleep(delay)
+            except UnknownJob:  # its first launch creates it; nothing to announce until then
+                if not waiting_for_job:
+                    log.info("job %s has no commits yet (its first launch creates it): waiting", self.job)
+                waiting_for_job = True
+            except retried as exc:  # taking or checking the lock: PostgreSQL is away
+                failures += 1
+                sleep(self.failed(exc, failures))
+                continue
             if not stop():
                 sleep(POLL_S)
 
@@ -131,6 +174,14 @@ class Announcer:
         body = pending.extra["streamfill"]
         log.info("announcement %s of job %s (commits %s-%s, %s rows, %s dead letters) %s as asset event %s",
                  pending.seq, self.job, *body["commits"], body["rows"], body["dead_letters"], how, event)
+
+
+def _never_stored(exc: Exception) -> bool:
+    """Whether a send that failed so certainly left no event: Airflow refused it, or nothing listened."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return 400 <= exc.code < 500
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, ConnectionRefusedError)
 
 
 def _quietly(call: Callable):

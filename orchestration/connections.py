@@ -15,8 +15,12 @@ from streamfill.errors import OptionError
 from streamfill.kafka_client import CLIENT_FIELDS, KAFKA_CONNECTION, SASL_MECHANISMS, SECURITY_PROTOCOLS
 
 POSTGRES_CONNECTION = "streamfill_postgres"  # offsets_db and the tables: the database the jobs write
+# the same database as the reader role, for the streamfill page in the API server: Airflow resolves a connection id
+# alike for the API server and its workers (they ask the API server for it), so the page needs an id of its own
+POSTGRES_READER_CONNECTION = "streamfill_postgres_reader"
 SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
-# Airflow's REST API for the announcer of a stream's commits: host = its base URL, a user who may create asset events
+# Airflow's REST API for the announcer of a stream's commits (host = its base URL, a user who may create asset
+# events) and for the replay form's access check (a user who may read the runs of every DAG)
 API_CONNECTION = "streamfill_airflow_api"
 PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
@@ -103,3 +107,8 @@ def postgres_connection(url: str) -> dict:
            "login": db.username, "password": db.password,
            "extra": {k: v for k, v in db.query.items() if k in PG_TLS_EXTRAS}}
     return {k: v for k, v in out.items() if v not in (None, {})}
+
+
+def api_base(conn) -> str:
+    """The base URL of Airflow's API from its connection: the host as a URL, or host and port."""
+    return conn.host if "://" in (conn.host or "") else f"http://{conn.host}:{conn.port or 8080}"

@@ -15,8 +15,9 @@ Per job J:
   backfill create` or the UI) reprocesses any window; re-running is idempotent.
 - streamfill_quality__J: the quality suite on the stream's table, with freshness, on a schedule.
 - streamfill_announce__J: scheduled on the stream's table asset, so Airflow's triggerer runs the asset's
-  watcher, which announces the stream's commits as asset events keyed `commits:<n>` (orchestration/announce.py).
-  Pausing it stops the announcements; commits made meanwhile are announced when it is unpaused.
+  watcher, which announces the commits of every job writing the table as asset events keyed `commits:<job>:<n>`
+  (orchestration/announce.py). Pausing every DAG scheduled on the table stops the announcements; commits made
+  meanwhile are announced when one is unpaused.
 And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
 
 Scheduled DAGs start paused: unpause those you want running (a backfill's runs of a paused DAG stay queued).
@@ -107,16 +108,17 @@ def note_unkeyed_event() -> None:
     ctx = get_current_context()
     for asset, events in ctx["triggering_asset_events"].items():
         print(f"{len(events)} event(s) of {asset.uri} without a partition key; streamfill's announcements carry "
-              "one (commits:<n>) and go to partitioned consumers", flush=True)
+              "one (commits:<job>:<n>) and go to partitioned consumers", flush=True)
 
 
 @task
 def validate_replay() -> dict:
-    """Checks the form against the broker and offsets_db before Spark starts (from after to, unknown
+    """Checks the form before Spark starts: that its user may replay the entry into the table
+    (orchestration/replay_access.py), then against the broker and offsets_db (from after to, unknown
     partitions, times in the future, ranges below the log start)."""
     from connectors.kafka.broker import Broker
     from offsets_db.store import OffsetStore
-    from orchestration import tasks
+    from orchestration import replay_access, tasks
     from spark_jobs import backfill
     from streamfill.errors import OptionError
 
@@ -124,7 +126,8 @@ def validate_replay() -> dict:
     params = ctx["params"]
     tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     spec = JOBS[params["job"]]
-    table = params["table"] or f"{spec.table}_replay"
+    table = params["table"] or replay_access.default_table(spec)
+    replay_access.require(ctx["dag_run"], spec, table)
     ends = tasks.endpoints()
     try:
         job = tasks.replay_job(spec.name, params["from"], params["to"], table)
@@ -141,10 +144,12 @@ def validate_replay() -> dict:
 
 @task
 def run_replay(plan: dict) -> str:
-    from orchestration import tasks
+    from orchestration import replay_access, tasks
     from spark_jobs.backfill import BackfillArgs
     from spark_jobs.runs import argv
 
+    # the plan as it is launched, however it reached this task (a cleared task reads it from XCom again)
+    replay_access.require(get_current_context()["dag_run"], JOBS[plan["pipeline"]], plan["table"])
     tasks.spark_submit("backfill.py", argv(BackfillArgs, job=plan["job"], topic=plan["topic"], from_=plan["from"],
                                            to=plan["to"], table=plan["table"], mode=plan["mode"],
                                            chunk_size=plan["chunk_size"], pipeline=plan["pipeline"],
@@ -171,8 +176,8 @@ def build() -> dict[str, DAG]:
     JOBS.clear()
     JOBS.update(load(pin()))
     one_topic = [name for name, spec in JOBS.items() if spec.topic is not None]
-    db_url = assets.database_url()
-    dags = [_entry_dags(spec, assets.of_entry(spec, db_url)) for spec in JOBS.values()]
+    tables = assets.of_entries(JOBS.values(), assets.database_url())
+    dags = [_entry_dags(spec, tables[spec.name]) for spec in JOBS.values()]
     return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic)]}
 
 

@@ -8,11 +8,14 @@ tables, the streamfill part of the events that triggered a run, and the rows tho
                                                                   default_partition_mapper=IdentityMapper())):
         @task
         def report():
-            for event in downstream.triggering_events():  # one per run: its partition key is commits:<n>
+            for event in downstream.triggering_events():  # one per run: its partition key is commits:<job>:<n>
                 rows = connection.execute(downstream.rows_in("orders_events", event["offsets"]))
 
-streamfill's events carry a partition key (the window's start, or `commits:<n>`): Airflow gives keyed events to
-DAGs scheduled with PartitionedAssetTimetable, one run per key, and not to plain `schedule=[asset]` DAGs."""
+streamfill's events carry a partition key (the window's start, or `commits:<job>:<n>`): Airflow gives keyed events
+to DAGs scheduled with PartitionedAssetTimetable, one run per key, and not to plain `schedule=[asset]` DAGs. A
+table written by several entries gets the announcements of each (`event["job"]` says whose). Take the asset from
+here rather than declaring it by its URI: Airflow gives an asset the watchers of the DAG file it parsed last, and
+this one carries streamfill's announcer."""
 
 from __future__ import annotations
 
@@ -29,13 +32,15 @@ from streamfill.names import parse_table
 
 
 def stream_asset(name: str) -> Asset:
-    """The asset of entry `name`'s stream table: an event per announcement of its commits."""
-    return assets.table_asset(assets.database_url(), load(pin())[name].table)
+    """The asset of entry `name`'s stream table: an event per announcement of the commits of each entry writing it."""
+    specs = load(pin())
+    return assets.table_asset(specs.values(), assets.database_url(), specs[name].table)
 
 
 def windows_asset(name: str) -> Asset:
     """The asset of entry `name`'s interval table: an event per window run."""
-    return assets.table_asset(assets.database_url(), load(pin())[name].interval_target)
+    specs = load(pin())
+    return assets.table_asset(specs.values(), assets.database_url(), specs[name].interval_target)
 
 
 def triggering_events(context: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:

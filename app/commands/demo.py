@@ -85,7 +85,7 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
     from sqlalchemy import text
 
     from offsets_db import announcements
-    from offsets_db.announce_plan import cover_problems
+    from offsets_db.announce_plan import commits_key, cover_problems
     from streamfill.errors import AirflowError
 
     deadline = time.monotonic() + 3 * spec.announce_every_s + 180
@@ -94,7 +94,7 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
     while True:
         done = announcements.announced(engine, spec.name)
         problems = cover_problems(announcements.commits(engine, spec.name), done)
-        keys = [f"commits:{body['announcement']}" for body in done[announced_before:]]
+        keys = [commits_key(spec.name, body["announcement"]) for body in done[announced_before:]]
         runs = {r["partition_key"]: r["state"] for r in api.call(
             "GET", f"/api/v2/dags/{DOWNSTREAM_DAG}/dagRuns?limit=100&order_by=-run_after")["dag_runs"]}
         if not problems and keys and all(runs.get(k) in ("success", "failed") for k in keys):

@@ -2,7 +2,8 @@
 authentication, so every route of the page depends on `require_reader`: a user Airflow authenticates (the JWT
 in the `_token` cookie the UI sets at login, or an `Authorization: Bearer` token from POST /auth/token) who may
 read DAG runs. No credential: 401; an invalid token or a user without that permission: 403. Which jobs the user
-then sees is Airflow's answer per DAG (`AirflowReader`, used by access.Access)."""
+then sees is Airflow's answer per DAG (`AirflowReader`, used by access.Access); which DAGs a user may trigger,
+the same question with POST (triggers.py)."""
 
 from __future__ import annotations
 
@@ -37,25 +38,36 @@ class AirflowReader:
         self.user = user
         self._every: bool | None = None
 
-    def _requests(self, dag_ids: set[str]) -> list[dict]:
-        return [{"method": "GET", "access_entity": DagAccessEntity.RUN,
-                 "details": DagDetails(id=dag_id, team_name=team)} for dag_id, team in _teams(dag_ids).items()]
-
     def readable(self, dag_ids: set[str]) -> set[str]:
-        manager = get_auth_manager()
-        return {r["details"].id for r in self._requests(dag_ids)
-                if manager.is_authorized_dag(method=r["method"], access_entity=r["access_entity"],
-                                             details=r["details"], user=self.user)}
+        return authorized(self.user, run_requests("GET", dag_ids))
 
     def reads_every_dag(self) -> bool:
-        """Whether the user may read the runs of each DAG this Airflow has (and it has some). Auth managers have
-        no question for "every DAG": FAB answers one without a DAG named as "may list DAGs"."""
+        """Whether the user may read the runs of each DAG this Airflow has (and it has some)."""
         if self._every is None:
-            with create_session() as session:
-                every = set(session.scalars(select(DagModel.dag_id)))
-            self._every = bool(every) and get_auth_manager().batch_is_authorized_dag(self._requests(every),
-                                                                                     user=self.user)
+            self._every = every_dag(self.user, "GET")
         return self._every
+
+
+def run_requests(method: str, dag_ids: set[str]) -> list[dict]:
+    """The auth manager's questions about the runs of each DAG: reading them (GET) or triggering one (POST)."""
+    return [{"method": method, "access_entity": DagAccessEntity.RUN, "details": DagDetails(id=dag_id, team_name=team)}
+            for dag_id, team in _teams(dag_ids).items()]
+
+
+def authorized(user, requests: list[dict]) -> set[str]:
+    """The DAGs of `requests` the auth manager allows `user`."""
+    manager = get_auth_manager()
+    return {r["details"].id for r in requests
+            if manager.is_authorized_dag(method=r["method"], access_entity=r["access_entity"], details=r["details"],
+                                         user=user)}
+
+
+def every_dag(user, method: str) -> bool:
+    """Whether the auth manager allows `user` `method` on the runs of each DAG this Airflow has (and it has some).
+    Auth managers have no question for "every DAG": FAB answers one without a DAG named as "may list DAGs"."""
+    with create_session() as session:
+        every = set(session.scalars(select(DagModel.dag_id)))
+    return bool(every) and get_auth_manager().batch_is_authorized_dag(run_requests(method, every), user=user)
 
 
 def _teams(dag_ids: set[str]) -> dict[str, str | None]:

@@ -1,18 +1,26 @@
-"""offsets_db as the page reads it: the same `streamfill_postgres` connection the DAGs' tasks use (so the page
-shows what the tasks write), else STREAMFILL_DB_URL. One small pool for the API server's lifetime."""
+"""offsets_db as the page reads it: as the reader role, through the API server's connection
+`streamfill_postgres_reader` (offsets_db/grants.py, docs/infrastructure.md). Without it, through the DAGs' tasks'
+connection `streamfill_postgres` (else STREAMFILL_DB_URL), whose role may write: the API server then says so in its
+log. Either way every session of the page is read-only. One small pool for the API server's lifetime."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from sqlalchemy import Engine
 
 from offsets_db.engine import make_engine
-from orchestration.connections import kafka_client, postgres_url
+from orchestration.connections import POSTGRES_READER_CONNECTION, kafka_client, postgres_url
 from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
 from streamfill.errors import StreamfillError
 from streamfill.settings import get_settings
+
+log = logging.getLogger("streamfill.ui")
+
+# the page only reads: PostgreSQL refuses any write of a session started so, whatever its role may do
+READ_ONLY = "-c default_transaction_read_only=on"
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -37,10 +45,20 @@ def _connection(conn_id: str, env_var: str):
 
 
 def database_url() -> str:
+    """The reader's connection; else, with a warning in the log, the workers' one (or STREAMFILL_DB_URL)."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.models.connection import Connection
+
+    try:
+        return postgres_url(Connection.get_connection_from_secrets(POSTGRES_READER_CONNECTION))
+    except AirflowNotFoundException:
+        pass
     pg, url = _connection(POSTGRES_CONN, "STREAMFILL_DB_URL")
-    if pg is None:
-        return url
-    return postgres_url(pg)
+    log.warning("the streamfill page reads offsets_db through %s, the role the DAGs' tasks write with (in read-only "
+                "sessions): add the connection %s with the reader role (`streamfill db grants`, "
+                "docs/infrastructure.md)", POSTGRES_CONN if pg is not None else "STREAMFILL_DB_URL",
+                POSTGRES_READER_CONNECTION)
+    return url if pg is None else postgres_url(pg)
 
 
 def kafka() -> dict[str, str]:
@@ -54,7 +72,7 @@ def engine() -> Engine:
     global _engine
     with _lock:
         if _engine is None:
-            _engine = make_engine(database_url(), pool_size=4, max_overflow=4)
+            _engine = make_engine(database_url(), READ_ONLY, pool_size=4, max_overflow=4)
         return _engine
 
 
@@ -64,5 +82,5 @@ def use(url: str) -> Engine:
     with _lock:
         if _engine is not None:
             _engine.dispose()
-        _engine = make_engine(url, pool_size=2, max_overflow=2)
+        _engine = make_engine(url, READ_ONLY, pool_size=2, max_overflow=2)
         return _engine

@@ -1,7 +1,8 @@
 """The page's FastAPI app, mounted by Airflow's API server under PREFIX: HTML views (overview, job, dead letters,
 offset finder), the same data as JSON under /api, and Plotly's own plotly.min.js from the installed package.
 Every route, the script included, needs Airflow's login (auth.READER); a job's routes answer only a user who
-may read one of its DAGs (access.py), the lists show only those jobs. Read-only: GET only."""
+may read one of its DAGs (access.py), the lists show only those jobs. Read-only: GET only. One more route answers
+the replay form's tasks: who triggered a run and what Airflow lets that user trigger (triggers.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestration.ui import data, db
+from orchestration.ui import PREFIX, TRIGGER_ACCESS, data, db, triggers
 from orchestration.ui import format as fmt
 from orchestration.ui.access import Access
 from orchestration.ui.auth import READER, AccessDep
 from streamfill.errors import OptionError, StreamfillError
 
-PREFIX = "/streamfill"
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(default=True, default_for_string=True))
 
@@ -146,5 +146,16 @@ def create_app() -> FastAPI:
     @app.get("/api/jobs/{job}/find")
     def find_api(request: Request, job: str, access: AccessDep, topic: str, partition: int, offset: int):
         return as_json(data.find(db.engine(), job_of(job, access), roots(request)[1], topic, partition, offset))
+
+    # the replay form's tasks ask as the streamfill_airflow_api user; what others may trigger is no one else's to see
+    @app.get(TRIGGER_ACCESS)
+    def trigger_access_api(access: AccessDep, dag_id: str, run_id: str, dag: list[str] = Query([])):
+        if not access.reader.reads_every_dag():
+            raise HTTPException(403, "only a user who may read the runs of every DAG (the user of the connection "
+                                     "streamfill_airflow_api) may ask who triggered a run and what they may trigger")
+        try:
+            return as_json(triggers.answer(dag_id, run_id, set(dag)))
+        except triggers.NoSuchRun as exc:
+            raise HTTPException(404, str(exc)) from None
 
     return app

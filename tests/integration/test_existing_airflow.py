@@ -3,7 +3,8 @@ with `pip install --no-deps` into a venv that already has Airflow and the third-
 (dags/streamfill_dags.py, docs/infrastructure.md) in that Airflow's DAG folder, the jobs file somewhere else named
 by the Airflow Variable streamfill_jobs_file, the connections from the environment (AIRFLOW_CONN_*), a metadata
 database, AIRFLOW_HOME, ports and processes of its own, and Airflow's FAB auth manager with two users whose roles
-read the DAGs of different entries. One cold start of that Airflow serves every test here (tests/existing_airflow.py
+read the DAGs of different entries, trigger their own entry's stream and the replay form every team shares. One
+cold start of that Airflow serves every test here (tests/existing_airflow.py
 makes it); the jobs run against the stack's Kafka (its SASL_SSL listener) and PostgreSQL."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from types import SimpleNamespace
@@ -24,6 +26,9 @@ from sqlalchemy import text
 from app.stack.airflow import connections
 from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi
+from orchestration.connections import API_CONNECTION
+from orchestration.tasks import replay_job
+from orchestration.ui import PREFIX, TRIGGER_ACCESS
 from orchestration.jobs_file import VARIABLE
 from spark_jobs.pipelines import read
 from streamfill import REPO_ROOT
@@ -36,8 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
 
 COLUMNS = orders_columns(4)
 
-# FAB's roles and users, made the way `airflow roles` and `airflow users` make them: Admin reads everything, a
-# team's role reads DAG runs and the DAGs of its entry only (passwords come in the environment)
+# FAB's roles and users, made the way `airflow roles` and `airflow users` make them: Admin may do everything, a
+# team's role what team_grants gives (passwords come in the environment)
 USERS = textwrap.dedent("""
     import json, os
     from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
@@ -45,13 +50,21 @@ USERS = textwrap.dedent("""
     with get_application_builder() as builder:
         sm = builder.sm
         sm.sync_roles()
-        for user, dags in json.loads(os.environ["TEST_GRANTS"]).items():
-            role = sm.find_role("Admin") if dags is None else sm.add_role("team_" + user)
-            for resource in ["DAG Runs", *("DAG:" + d for d in dags or [])]:
-                sm.add_permission_to_role(role, sm.create_permission("can_read", resource))
+        for user, granted in json.loads(os.environ["TEST_GRANTS"]).items():
+            role = sm.find_role("Admin") if granted is None else sm.add_role("team_" + user)
+            for action, resource in granted or []:
+                sm.add_permission_to_role(role, sm.create_permission(action, resource))
             assert sm.add_user(user, user, "test", user + "@example.com", role,
                                password=os.environ["PASSWORD_" + user.upper()]), user
 """)
+
+
+def team_grants(entry: str) -> list[tuple[str, str]]:
+    """A team's role: reads DAG runs and its entry's DAGs; triggers its entry's stream and the replay form every
+    team shares (reading that form's runs shows no team another's jobs on the page)."""
+    reads = ["DAG Runs", *(f"DAG:{d}" for d in dag_ids.of_entry(entry, True)), f"DAG:{dag_ids.REPLAY}"]
+    return [*(("can_read", r) for r in reads), ("can_create", "DAG Runs"),
+            ("can_edit", f"DAG:{dag_ids.stream(entry)}"), ("can_edit", f"DAG:{dag_ids.REPLAY}")]
 
 
 def issued_name() -> str:
@@ -96,12 +109,15 @@ def their_airflow(stack_settings, tmp_path_factory):
     dag_file = dags_folder / "streamfill_dags.py"
     dag_file.write_text((REPO_ROOT / "dags" / "streamfill_dags.py").read_text())  # the one file a team adds
     passwords = {user: secrets.token_urlsafe(16) for user in ("admin", *teams)}
-    grants = {"admin": None, **{user: dag_ids.of_entry(name, True) for user, name in teams.items()}}
+    grants = {"admin": None, **{user: team_grants(name) for user, name in teams.items()}}
 
     with metadata_database(stack_settings) as db_url:
         airflow = TheirAirflow(root, python, stack_settings.host, db_url, {
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder), "AIRFLOW__CORE__AUTH_MANAGER": FAB,
             "STREAMFILL_HOME": str(root / "streamfill_home"), **connections(stack_settings)})
+        # the replay form asks this Airflow's API who triggered its run, as its admin (not the stack's Airflow)
+        airflow.env[f"AIRFLOW_CONN_{API_CONNECTION.upper()}"] = json.dumps(
+            {"conn_type": "http", "host": airflow.url, "login": "admin", "password": passwords["admin"]})
         for args in (("db", "migrate"), ("variables", "set", VARIABLE, str(jobs_file))):
             done = airflow.cli(*args, timeout=600)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -136,8 +152,8 @@ def wait_for_dags(api: AirflowApi, want: set[str], timeout: float = 300) -> dict
 
 @pytest.fixture(scope="module")
 def replayed(their_airflow, bootstrap):
-    """The DAGs parsed from the short file, and one replay of alice's entry triggered through that Airflow's
-    REST API: its run, what was produced and how long it took."""
+    """The DAGs parsed from the short file, and one replay of alice's entry triggered by alice through that
+    Airflow's REST API into the form's default table: its run, what was produced and how long it took."""
     from spark_jobs.demo.produce import ensure_topic, produce
 
     their = their_airflow
@@ -151,9 +167,9 @@ def replayed(their_airflow, bootstrap):
     ensure_topic(bootstrap, alice, 2)
     produced = produce(bootstrap, alice, 600, bad_ratio=0.05, seed=int(time.time()))
     api.set_paused(dag_ids.REPLAY, False)  # Airflow pauses a new DAG unless told otherwise
-    table = f"{alice}_landed"
-    run_id = api.trigger(dag_ids.REPLAY, {"job": alice, "from": "earliest", "to": "latest", "mode": "append-new",
-                                          "table": table})
+    table = f"{alice}_events_replay"  # the form's default for her entry
+    run_id = their.api("alice").trigger(dag_ids.REPLAY, {"job": alice, "from": "earliest", "to": "latest",
+                                                         "mode": "append-new"})
     state = api.wait(dag_ids.REPLAY, run_id, timeout=900)
     timed(their.timings, "replay run", t)
     return SimpleNamespace(api=api, dags=dags, run_id=run_id, state=state, produced=produced, table=table)
@@ -243,3 +259,38 @@ def test_the_page_shows_each_user_only_the_jobs_of_the_dags_their_role_reads(the
                     assert not [n for n in hidden | reasons if n in body], (user, route, body)
         adhoc_status = {get(base + route, token)[0] for route in job_routes(adhoc, alice)}
         assert adhoc_status == ({200} if user == "admin" else {404}), (user, adhoc_status)
+
+
+def test_the_replay_form_lets_a_team_replay_only_its_own_entry_into_its_own_tables_and_a_refusal_records_nothing(
+        their_airflow, replayed, db):
+    """Both teams may trigger the replay form every team shares; its first task refuses a run whose user may not
+    trigger the entry's DAGs, or that names a table not the entry's, before anything is recorded."""
+    their = their_airflow
+    assert replayed.state == "success", their.airflow.tail()
+    alice, bob = their.teams["alice"], their.teams["bob"]
+    tries = {  # bob upserting alice's topic into alice's table; alice's topic into bob's table
+        "bob": ({"job": alice, "from": "earliest", "to": "latest", "mode": "replace", "table": f"{alice}_events"},
+                f"may not trigger {dag_ids.stream(alice)}"),
+        "alice": ({"job": alice, "from": "earliest", "to": "latest", "mode": "append-new", "table": f"{bob}_events"},
+                  "into its own tables only"),
+    }
+    for user, (conf, why) in tries.items():
+        run_id = their.api(user).trigger(dag_ids.REPLAY, conf)
+        assert replayed.api.wait(dag_ids.REPLAY, run_id, timeout=900) == "failed", (user, their.airflow.tail())
+        run = urllib.parse.quote(run_id)
+        states = {t["task_id"]: t["state"] for t in replayed.api.call(
+            "GET", f"/api/v2/dags/{dag_ids.REPLAY}/dagRuns/{run}/taskInstances")["task_instances"]}
+        assert states == {"validate_replay": "failed", "run_replay": "upstream_failed",
+                          "quality": "upstream_failed"}, (user, states)
+        log = json.dumps(replayed.api.call("GET", f"/api/v2/dags/{dag_ids.REPLAY}/dagRuns/{run}/taskInstances/"
+                                                  "validate_replay/logs/1?full_content=true"))
+        assert f"user {user!r}" in log and why in log and f"entry {alice!r}" in log and conf["table"] in log, \
+            log[-3000:]
+    # who triggered a run, and what that user may trigger, is for the API connection's user (an admin) to ask
+    ask = f"{their.airflow.url}{PREFIX}{TRIGGER_ACCESS}?dag_id={dag_ids.REPLAY}&run_id={urllib.parse.quote(run_id)}"
+    assert get(ask, their.api("bob").token)[0] == 403
+    refused = [replay_job(alice, c["from"], c["to"], c["table"]) for c, _ in tries.values()]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT name FROM jobs WHERE name = ANY(:n)"), {"n": refused}).all() == []
+        for table in (f"{alice}_events", f"{bob}_events"):
+            assert conn.scalar(text("SELECT to_regclass(:t)"), {"t": f"public.{table}"}) is None, table

@@ -158,3 +158,31 @@ def test_jobs_run_as_the_job_role_the_page_reads_as_the_reader_and_a_missing_gra
         rows = {t: conn.execute(text(f'SELECT count(*) FROM public."{t}"')).scalar_one()
                 for t in (streamed, backfilled, replayed)}
     assert rows == {streamed: len(valid), backfilled: len(valid), replayed: len(valid)}
+
+
+def test_the_page_reads_as_the_reader_through_its_own_connection_and_can_write_through_none(roles, monkeypatch):
+    """The page in the API server: Airflow resolves a connection id alike there and in its workers (they ask the
+    API server for it), so the workers' streamfill_postgres is the job role's; the page reads as the reader through
+    streamfill_postgres_reader, and without that connection reads through the workers' in read-only sessions."""
+    from orchestration.connections import POSTGRES_CONNECTION, POSTGRES_READER_CONNECTION
+    from orchestration.ui import db as page_db
+
+    def connection(conn_id: str, url: str | None) -> None:
+        name = f"AIRFLOW_CONN_{conn_id.upper()}"
+        if url is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, json.dumps(postgres_connection(url)))
+
+    connection(POSTGRES_CONNECTION, roles.urls["job"])
+    for reader, role in ((roles.urls["reader"], roles.names["reader"]), (None, roles.names["job"])):
+        connection(POSTGRES_READER_CONNECTION, reader)
+        page = page_db.use(page_db.database_url())
+        try:
+            with page.connect() as conn:
+                assert conn.scalar(text("SELECT current_user")) == role
+                assert conn.scalar(text("SELECT count(*) FROM streamfill.jobs")) is not None  # it reads
+                with pytest.raises(Exception, match="read-only transaction"):
+                    conn.execute(text("DELETE FROM streamfill.dead_letters"))
+        finally:
+            page.dispose()

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from offsets_db.announce_plan import COMMITS, Commit, cover_problems, covering, from_extra, segments, to_extra
+from offsets_db.announce_plan import (COMMITS, Commit, asset_cover_problems, commits_key, cover_problems, covering,
+                                      from_extra, segments, to_extra)
 from streamfill.errors import ProtocolError
 
 pytestmark = pytest.mark.unit
@@ -50,3 +51,27 @@ def test_offsets_lost_between_commits_stay_a_gap_and_an_event_of_another_tool_is
         "t": {"0": [[0, 20], [25, 30]]}}
     assert from_extra({"from_rest_api": True}) is None
     assert from_extra({"streamfill": {"kind": "other"}}) is None
+
+
+def test_jobs_announcing_on_one_table_each_cover_their_commits_under_keys_of_their_own():
+    commits = {"orders_eu": _commits(12), "orders_us": _commits(7)}
+    rng = random.Random(11)
+    events = []
+    for job, done in commits.items():
+        cuts = sorted(rng.sample(range(1, len(done)), 3))
+        for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(done)]), 1):
+            events.append((commits_key(job, k), from_extra(to_extra(COMMITS, job, covering(done[a:b], a),
+                                                                    announcement=k))))
+    rng.shuffle(events)  # both jobs' events interleave on the asset
+    assert asset_cover_problems(commits, events) == []
+    assert len({key for key, _ in events}) == len(events) == 8
+
+    # keyed by the number alone, both jobs' first announcements share a key; one job's announcement missing
+    # leaves its commits unannounced, whatever the other job announced
+    numbered = [(f"{COMMITS}:{body['announcement']}", body) for _, body in events]
+    assert f"partition key '{COMMITS}:1' given 2 times" in asset_cover_problems(commits, numbered)
+    assert "announcement 1 of job orders_eu is keyed 'commits:1', not 'commits:orders_eu:1'" in \
+        asset_cover_problems(commits, numbered)
+    only_us = [(key, body) for key, body in events if body["job"] == "orders_us"]
+    assert asset_cover_problems(commits, only_us) == [f"job orders_eu: commit {n} (batch {n + 100}) never announced"
+                                                      for n in range(1, 13)]
