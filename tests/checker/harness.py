@@ -8,7 +8,9 @@ The PostgreSQL is the run's own (it is crashed on purpose). Each run names what 
 from __future__ import annotations
 
 import json
+import os
 import threading
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import psycopg2
@@ -24,11 +26,12 @@ from connectors.spark.postgres_sink import dsn
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
+from streamfill.settings import Settings
 from tests.checker.model import Model
 from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
                                     CRASH_BETWEEN_TASKS, DELETE, DOWN_AT_COMMIT, KILLED_AFTER_COMMIT,
-                                    KILLED_BEFORE_COMMIT, LOST_WORKER, READER, STREAM, TRIGGER, UPDATE, Action,
-                                    Record, Scenario, Write, record)
+                                    KILLED_BEFORE_COMMIT, LOST_WORKER, PARTITIONS, PLAINTEXT, READER, STREAM,
+                                    TRIGGER, UPDATE, Action, Record, Scenario, Write, record)
 
 CHECK = "sf_checker_short_v"
 
@@ -52,6 +55,7 @@ class Run:
     scenario: Scenario
     postgres: object  # app.stack.postgres.Postgres: crashed and restarted by the faults
     prefix: str
+    cluster: Settings | None = None  # the stack whose Kafka commitToGroup mirrors to (None: no mirrors)
     model: Model = field(init=False)
     tally: Tally = field(default_factory=Tally)
 
@@ -62,6 +66,7 @@ class Run:
         self.table = f"{self.prefix}_tbl"
         self.leases: dict[int, object] = {}
         self.readers: list[Reader] = []
+        self.mirrors = Mirrors(self.cluster, self.prefix) if self.cluster is not None else None
         self.probe = Probe(self.url, self.table)
 
     def topic(self, writer: int) -> str:
@@ -69,6 +74,9 @@ class Run:
 
     def job(self, writer: int) -> str:
         return f"{self.prefix}-w{writer}"
+
+    def group(self, writer: int) -> str:
+        return f"{self.prefix}-w{writer}-lag"
 
     # the run
 
@@ -92,6 +100,8 @@ class Run:
             for lease in self.leases.values():
                 lease.release()
             self.store.engine.dispose()
+            if self.mirrors is not None:
+                self.mirrors.remove()
         self.check()
         self.tally.runs += 1
         return self.tally
@@ -127,9 +137,11 @@ class Run:
 
     def plan_batch(self, step: Write) -> None:
         """What the source does at planning: the job held by this launch, its range recorded."""
-        job = self.job(step.writer)
+        job, writer = self.job(step.writer), self.scenario.writers[step.writer]
         if step.writer not in self.leases:
-            self.store.ensure_job(job, "stream" if self.scenario.writers[step.writer].path == STREAM else "backfill")
+            config = self.mirrors.config(writer.mirror, self.topic(step.writer), self.group(step.writer)) \
+                if writer.mirror and self.mirrors else None
+            self.store.ensure_job(job, "stream" if writer.path == STREAM else "backfill", config)
             self.leases[step.writer] = self.store.hold(job)
         self.store.record_planned(job, [PlannedRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges],
                                   generation=self.leases[step.writer].generation)
@@ -158,7 +170,8 @@ class Run:
         if fault == DOWN_AT_COMMIT:
             return self.down_at_commit(step, plan, messages)
         try:
-            postgres_sink._commit(plan, messages, None)
+            with self.committing(step):
+                postgres_sink._commit(plan, messages, None)
         except SinkError as exc:
             postgres_sink._abort(plan, messages)
             if fault == CRASH_BETWEEN_TASKS and "found where the tasks staged" in str(exc):
@@ -173,6 +186,7 @@ class Run:
         if fault == CRASH_BETWEEN_TASKS:
             self.fail(f"writer {step.writer}'s batch {step.number} committed though PostgreSQL crashed after its "
                       "first task staged (the crash emptied what that task staged)")
+        self.check_mirror(step)
         if replay:  # the batch committed before: its replay moved nothing, as the final check shows
             return "done"
         refused = self.model.write(step.writer, self.scenario.writers[step.writer], self.topic(step.writer),
@@ -208,6 +222,21 @@ class Run:
         if self.scenario.writers[step.writer].job:
             self.relaunch(step)
         return "again"
+
+    def committing(self, step: Write):
+        """The committing process's environment: a SASL_SSL mirror takes its secrets from STREAMFILL_KAFKA_*."""
+        writer = self.scenario.writers[step.writer]
+        return self.mirrors.environment(writer.mirror) if writer.mirror and self.mirrors else nullcontext()
+
+    def check_mirror(self, step: Write) -> None:
+        """commitToGroup: after every commit, the group's offsets are offsets_db's."""
+        if not (self.scenario.writers[step.writer].mirror and self.mirrors):
+            return
+        stands = dict(self.query("SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
+                                 j=self.job(step.writer)))
+        group = self.mirrors.offsets(self.group(step.writer), self.topic(step.writer))
+        if group != stands:
+            self.fail(f"writer {step.writer}'s consumer group stands at {group}, offsets_db at {stands}")
 
     def refused(self, step: Write, records: list[Record], message: str) -> None:
         """A row the table refuses with dead letters off: the batch failed naming the row, the constraint and
@@ -446,3 +475,63 @@ class Reader(threading.Thread):
             pass
         finally:
             conn.close()
+
+
+class Mirrors:
+    """commitToGroup's side of a run: the writers' topics on the stack's broker (a group commits offsets of
+    topics that exist), their launch's check and stored client, and what a lag tool reads of their groups."""
+
+    def __init__(self, cluster: Settings, prefix: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.cluster, self.prefix = cluster, prefix
+        self.admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})  # a lag tool, the super user
+        self.topics: list[str] = []
+        self.groups: list[str] = []
+
+    def client(self, listener: str) -> dict[str, str]:
+        return self.cluster.kafka_client() if listener == PLAINTEXT else self.cluster.kafka_secured_client()
+
+    @contextmanager
+    def environment(self, listener: str):
+        from streamfill.kafka_client import settings_env
+
+        names = [k for k in os.environ if k.startswith("STREAMFILL_KAFKA_")]
+        before = {k: os.environ.pop(k) for k in names}
+        os.environ.update(settings_env(self.client(listener)))
+        try:
+            yield
+        finally:
+            for k in [k for k in os.environ if k.startswith("STREAMFILL_KAFKA_")]:
+                del os.environ[k]
+            os.environ.update(before)
+
+    def config(self, listener: str, topic: str, group: str) -> dict:
+        """What the launch records for commitToGroup, once it checked that the mirror will work."""
+        from confluent_kafka.admin import NewTopic
+
+        from connectors.kafka import group_mirror
+
+        if topic not in self.topics:
+            self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+            self.topics.append(topic)
+        self.groups.append(group)
+        client = self.client(listener)
+        with self.environment(listener):
+            group_mirror.check(group, client)
+        return {"commit_to_group": {"group": group, "kafka": group_mirror.kept(client)}}
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        result = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+        return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic and tp.offset >= 0}
+
+    def remove(self) -> None:
+        for group, future in (self.admin.delete_consumer_groups(self.groups).items() if self.groups else []):
+            try:
+                future.result(30)
+            except Exception:  # noqa: BLE001 - a group never committed to does not exist
+                pass
+        for topic, future in (self.admin.delete_topics(self.topics).items() if self.topics else []):
+            future.result(60)

@@ -2,9 +2,10 @@
 which fault strikes which batch. Pure: the same seed always draws the same scenario and the same records.
 
 The space (docs/guarantees.md, "Guarantees at every intersection"):
-- writers: one or two on one table; each a stream (a job, one stage kept across batches), a backfill (a job,
-  a bounded write that names where its batch ends) or a `df.write` without a job; dead letters on or off;
-  `evolveSchema` from one of its batches on (a column `extra` appears);
+- writers: one or two on one table; each a stream (a job, one stage kept across batches), a backfill or a
+  window replay (a job, a bounded write that names where its batch ends) or a `df.write` without a job; dead
+  letters on or off; `evolveSchema` from one of its batches on (a column `extra` appears); a job's commits
+  mirrored to a consumer group (`commitToGroup`) through the cluster's PLAINTEXT or SASL_SSL listener;
 - the table: `append-new` on the Kafka coordinates, or `replace` on the coordinates or on a key `k` whose
   versions cross partitions, jobs and batches, some without a Kafka timestamp;
 - users: deletes, updates, a CHECK that refuses long values (and its removal), an insert trigger, a column
@@ -45,11 +46,15 @@ LONG = "L" * 12  # a value the user's CHECK (length(v) < 10) refuses
 T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
 
 
+PLAINTEXT, SASL_SSL = "PLAINTEXT", "SASL_SSL"  # the listener of a job's commitToGroup mirror
+
+
 @dataclass(frozen=True)
 class Writer:
     path: str
     dead_letters: bool
     evolve_from: int | None  # the writer's batch from which its rows carry the column `extra` (evolveSchema)
+    mirror: str | None = None  # commitToGroup through the cluster's PLAINTEXT or SASL_SSL listener
 
     @property
     def job(self) -> bool:
@@ -89,6 +94,7 @@ class Scenario:
         lines = [f"seed {self.seed}: table {self.table.mode}{' keyed by k' if self.table.keyed else ''}"]
         lines += [f"  writer {i}: {w.path}, dead letters {'on' if w.dead_letters else 'off'}"
                   + (f", evolveSchema from batch {w.evolve_from}" if w.evolve_from is not None else "")
+                  + (f", commitToGroup over {w.mirror}" if w.mirror else "")
                   for i, w in enumerate(self.writers)]
         for step in self.steps:
             if isinstance(step, Write):
@@ -128,11 +134,14 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
     mode = rng.choice((APPEND_NEW, REPLACE))
     table = Table(mode, keyed=mode == REPLACE and rng.random() < 0.7)
     writers = []
-    for _ in range(rng.choice((1, 2))):
+    for n in range(rng.choice((1, 2))):
         path = rng.choice(PATHS)
         job = path != WRITE
+        mirrors = random.Random(f"{seed}/mirror/{n}")  # drawn apart: the seeds drawn before it draw as they did
+        mirror = mirrors.choice((PLAINTEXT, SASL_SSL)) if job and mirrors.random() < 0.3 else None
         writers.append(Writer(path, dead_letters=job and rng.random() < 0.6,
-                              evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None))
+                              evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None,
+                              mirror=mirror))
     drawn: list[Write | Action] = []
     nexts = [[0] * PARTITIONS for _ in writers]
     numbers = [0] * len(writers)

@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
         deadline = time.monotonic() + args.seconds
         while (time.monotonic() < deadline) if args.seeds is None else (tally.runs + len(failed) < args.seeds):
             try:
-                Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", tally=tally).run()
+                Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", settings, tally=tally).run()
             except Violation as exc:
                 failed.append(seed)
                 print(f"VIOLATION at seed {seed}: {exc}", flush=True)

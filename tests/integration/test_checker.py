@@ -1,7 +1,9 @@
 """The randomized checker (tests/checker) in every run: fixed seeds, and each seed that once broke an
 invariant. Each run ends with every invariant checked against the model: the table's rows, the dead letters,
 per job the committed offsets (contiguous, once) and its commit numbers (without gap), rows + dead letters +
-rows the user deleted = offsets committed in append-new, the user's trigger count, and no reader refused."""
+rows the user deleted = offsets committed in append-new, the user's trigger count, no reader refused, and with
+commitToGroup the group's offsets equal to offsets_db's after every commit (the stack's broker, PLAINTEXT or
+SASL_SSL)."""
 
 from __future__ import annotations
 
@@ -27,5 +29,5 @@ def checker_postgres(stack_settings):
 
 
 @pytest.mark.parametrize("seed", [*REGRESSIONS, *SEEDS])
-def test_a_drawn_scenario_keeps_every_invariant(checker_postgres, seed):
-    Run(draw(seed), checker_postgres, f"t_{uuid.uuid4().hex[:10]}").run()
+def test_a_drawn_scenario_keeps_every_invariant(checker_postgres, stack_settings, seed):
+    Run(draw(seed), checker_postgres, f"t_{uuid.uuid4().hex[:10]}", stack_settings).run()
