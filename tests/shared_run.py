@@ -15,6 +15,9 @@ WHOLE_STACK = "whole_stack"
 # Tests that drive the stack's Airflow (its DAG folder, its scheduler, the page on its webserver) run one after
 # another in one worker: they add and remove DAG files, count jobs on the page and share the demo job.
 AIRFLOW_GROUP = "airflow"
+# Tests of an Airflow of their own (a team's Airflow, the image's install): heavy, and apart from the stack's
+# Airflow, so they run beside the group above, one after another in a worker of their own.
+OWN_AIRFLOW_GROUP = "own_airflow"
 
 
 def worker_index() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import time
 import uuid
@@ -24,29 +25,34 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--first-seed", type=int, default=None, help="default: drawn from the clock")
+    parser.add_argument("--without-kafka", action="store_true", help="no commitToGroup mirrors (no broker needed)")
     parser.add_argument("--seeds", type=int, default=None, help="run this many seeds, however long they take "
                         "(to replay one: --first-seed N --seeds 1)")
     args = parser.parse_args(argv)
-    seed = args.first_seed if args.first_seed is not None else random.SystemRandom().randrange(10**6, 10**9)
+    seed = first = args.first_seed if args.first_seed is not None else random.SystemRandom().randrange(10**6, 10**9)
     settings = Settings()
     tally, failed = Tally(), []
     print(f"soak: seeds from {seed} " + (f"({args.seeds})" if args.seeds else f"for {args.seconds:.0f} s"),
           flush=True)
-    with private_postgres(settings, range(settings.pg_port + 200, settings.pg_port + 220)) as postgres:
-        deadline = time.monotonic() + args.seconds
-        while (time.monotonic() < deadline) if args.seeds is None else (tally.runs + len(failed) < args.seeds):
-            try:
-                Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", settings, tally=tally).run()
-            except Violation as exc:
-                failed.append(seed)
-                print(f"VIOLATION at seed {seed}: {exc}", flush=True)
-            if tally.runs and tally.runs % 25 == 0:
-                print(f"soak: {tally.runs} runs, {tally.faults} faults, {tally.offsets:,} offsets checked",
-                      flush=True)
-            seed += 1
-    print(f"soak: {tally.runs} runs, {tally.faults} faults injected, {tally.batches} batches committed, "
-          f"{tally.offsets:,} committed offsets checked, {len(failed)} violations"
-          + (f" (seeds {', '.join(map(str, failed))})" if failed else ""))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop its PostgreSQL and report
+    try:
+        with private_postgres(settings, range(settings.pg_port + 200, settings.pg_port + 220)) as postgres:
+            deadline = time.monotonic() + args.seconds
+            while (time.monotonic() < deadline) if args.seeds is None else (tally.runs + len(failed) < args.seeds):
+                try:
+                    Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", None if args.without_kafka else settings,
+                        tally=tally).run()
+                except Violation as exc:
+                    failed.append(seed)
+                    print(f"VIOLATION at seed {seed}: {exc}", flush=True)
+                if tally.runs and tally.runs % 25 == 0:
+                    print(f"soak: {tally.runs} runs, {tally.faults} faults, {tally.offsets:,} offsets checked",
+                          flush=True)
+                seed += 1
+    finally:
+        print(f"soak: {tally.runs} runs (seeds {first} to {seed - 1}), {tally.faults} faults injected, "
+              f"{tally.batches} batches committed, {tally.offsets:,} committed offsets checked, {len(failed)} "
+              "violations" + (f" (seeds {', '.join(map(str, failed))})" if failed else ""), flush=True)
     return 1 if failed else 0
 
 

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,12 +37,6 @@ def run_driver(topic: str, job: str, table: str, checkpoint: Path, failpoint: di
     env.update(failpoint or {})
     return subprocess.run([sys.executable, str(DRIVER), topic, job, table, str(checkpoint), str(max_per_trigger)],
                           env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
-
-
-def start_driver(topic: str, job: str, table: str, checkpoint: Path, failpoint: dict) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), **failpoint}
-    return subprocess.Popen([sys.executable, str(DRIVER), topic, job, table, str(checkpoint), "200"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def table_rows(url: str, table: str) -> list[tuple[int, int]]:
@@ -150,36 +143,3 @@ def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refu
     assert foreign.returncode != 0
     assert "is not this job's: the job has no committed position in offsets_db" in foreign.stderr, \
         foreign.stderr[-3000:]
-
-
-def test_postgres_stopped_at_commit_fails_the_batch_and_the_restart_completes_exactly_once(
-        private_postgres, bootstrap, topic_name, tmp_path):
-    create_topic(bootstrap, topic_name, 4)
-    produce(bootstrap, topic_name, _records(0, 1200))
-    url = private_postgres.settings.offsets_db_url
-    job, table, checkpoint = f"{topic_name}-pg", f"{topic_name}_pg", tmp_path / "checkpoint"
-    fp = tmp_path / "fp"
-    driver = start_driver(topic_name, job, table, checkpoint, {
-        "STREAMFILL_DB_URL": url, "STREAMFILL_FAILPOINT": "sink.staged", "STREAMFILL_FAILPOINT_AT": "3",
-        "STREAMFILL_FAILPOINT_ACTION": "pause", "STREAMFILL_FAILPOINT_DIR": str(fp)})
-    try:
-        deadline = time.monotonic() + 240
-        while not (fp / "reached").exists():
-            assert driver.poll() is None, driver.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "the third commit never started"
-            time.sleep(0.2)
-        before = table_rows(url, table)
-        private_postgres.stop()
-        (fp / "go").touch()
-        _, err = driver.communicate(timeout=240)
-        assert driver.returncode != 0, "the batch must fail when PostgreSQL is down at commit"
-        assert "Connection refused" in err, err[-3000:]
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        private_postgres.start()
-    assert len(before) == 400, "two batches of 200 were committed before the stop"
-    assert sorted(table_rows(url, table)) == sorted(before), "nothing half-written"
-    done = run_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(table_rows(url, table)) == expected(1200)

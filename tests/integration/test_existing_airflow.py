@@ -35,9 +35,9 @@ from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 from tests.existing_airflow import FAB, TheirAirflow, build_wheel, install, metadata_database, third_party_venv
 from tests.job_helpers import orders_columns
-from tests.shared_run import AIRFLOW_GROUP
+from tests.shared_run import OWN_AIRFLOW_GROUP
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(OWN_AIRFLOW_GROUP)]
 
 COLUMNS = orders_columns(4)
 

@@ -28,7 +28,6 @@ from offsets_db.store import OffsetStore
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
 from tests.kafka_helpers import create_topic, end_offsets, produce
-from tests.private_services import crash
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -437,33 +436,6 @@ def _backfill_job(url: str, entry: str) -> str:
             return conn.execute(text("SELECT name FROM jobs WHERE name LIKE :p"), {"p": f"{entry}.backfill.%"}).scalar_one()
     finally:
         engine.dispose()
-
-
-# PostgreSQL crashes
-
-def test_postgres_crashed_between_the_tasks_copy_and_the_commit_fails_the_batch_and_the_rerun_is_exactly_once(
-        private_postgres, bootstrap, topic_name, tmp_path):
-    create_topic(bootstrap, topic_name, 4)
-    produce(bootstrap, topic_name, _records(0, 1200))
-    url = private_postgres.settings.offsets_db_url
-    job, table, checkpoint = f"{topic_name}-crash", f"{topic_name}_crash", tmp_path / "checkpoint"
-    fp = tmp_path / "fp"
-    driver = start_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url,
-                                                               **pause_at(fp, "sink.staged", 2)})
-    try:
-        wait_for(fp / "reached", driver, "the second commit")
-        crash(private_postgres)
-        private_postgres.start()
-        (fp / "go").touch()
-        _, err = driver.communicate(timeout=300)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-    assert driver.returncode != 0, "a batch whose staged rows vanished must fail"
-    assert "staged rows and dead letters found where the tasks staged" in err, err[-3000:]
-    done = run_driver(topic_name, job, table, checkpoint, {"STREAMFILL_DB_URL": url})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert_exactly_once(url, job, table, per_partition(1200))
 
 
 # offsets that go backwards

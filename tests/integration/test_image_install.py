@@ -17,9 +17,9 @@ import pytest
 
 from streamfill import REPO_ROOT
 from tests.docker_helpers import dockerfile_arg
-from tests.shared_run import AIRFLOW_GROUP
+from tests.shared_run import OWN_AIRFLOW_GROUP
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(AIRFLOW_GROUP)]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(OWN_AIRFLOW_GROUP)]
 
 
 def _dockerignore() -> list[str]:

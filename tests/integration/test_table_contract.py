@@ -10,15 +10,11 @@ consumed, per partition, nothing twice.
 from __future__ import annotations
 
 import json
-import os
 import random
 import struct
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import psycopg2
 import psycopg2.errors
@@ -32,8 +28,7 @@ from connectors.spark.postgres_sink import dsn
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
-from tests.integration.test_exactly_once import REPO
-from tests.kafka_helpers import create_topic, end_offsets, produce
+from tests.kafka_helpers import create_topic, produce
 from tests.private_services import crash
 
 pytestmark = pytest.mark.integration
@@ -500,95 +495,6 @@ def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_set
     finally:
         with psycopg2.connect(dsn(url)) as conn, conn.cursor() as cur:
             cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
-
-
-# the whole scenario, as users would have it
-
-def _jobs_file(path: Path, table: str, topics: dict[str, str]) -> Path:
-    from spark_jobs.pipelines.jobs_file import jobs_file
-    import yaml
-
-    orders = yaml.safe_load(jobs_file().read_text())["jobs"]["orders"]
-    entries = {}
-    for name, topic in topics.items():
-        entry = {k: v for k, v in orders.items() if k not in ("interval_table", "schedule", "quality_schedule",
-                                                               "health", "quality")}
-        entries[name] = {**entry, "topic": topic, "table": table, "max_offsets_per_trigger": 50_000}
-    path.write_text(yaml.safe_dump({"jobs": entries}))
-    return path
-
-
-@pytest.mark.fault
-def test_two_jobs_stream_into_one_table_while_its_users_read_hold_probe_and_delete_it(
-        stack_settings, bootstrap, topic_name, tmp_path):
-    """Two streams of large batches (a topic each) into one table, with STREAMFILL_PG_LOCK_TIMEOUT=5s. Once
-    the first rows are in, an analyst's transaction holds the table for longer than that, a dashboard probes it
-    every half second and a user deletes rows: both streams exit 0, every offset is accounted for once, no
-    deleted row is back, and the dashboard never waited behind a commit."""
-    from spark_jobs.demo.produce import produce as produce_events
-
-    url = stack_settings.offsets_db_url
-    table = f"{topic_name}_shared"
-    topics = {f"{topic_name}_a": f"{topic_name}_a", f"{topic_name}_b": f"{topic_name}_b"}
-    for n, topic in enumerate(topics.values()):
-        create_topic(bootstrap, topic, 2)
-        produce_events(bootstrap, topic, 200_000, bad_ratio=0.01, seed=n)
-    jobs = _jobs_file(tmp_path / "jobs.yaml", table, topics)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
-           "STREAMFILL_JOBS_FILE": str(jobs), "STREAMFILL_PG_LOCK_TIMEOUT": "5s", "COLUMNS": "250"}
-    streams = [subprocess.Popen([sys.executable, "-m", "app.cli", "stream", "--job", name, "--trigger",
-                                 "available-now", "--checkpoint", str(tmp_path / name)], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-               for name in topics]
-    probe = Probe(url, table)
-    deleter = Deleter(url, table, [(t, p) for t in topics.values() for p in (0, 1)], every=0.5, per_round=5)
-    analyst = psycopg2.connect(dsn(url))
-    release = None
-    try:
-        deadline = time.monotonic() + 300
-        while not (query(url, "SELECT to_regclass(:t) IS NOT NULL", t=f'"{table}"')[0][0]
-                   and query(url, f'SELECT EXISTS (SELECT FROM "{table}")')[0][0]):
-            assert time.monotonic() < deadline and all(s.poll() is None for s in streams), "no rows arrived"
-            time.sleep(0.2)
-        with analyst.cursor() as cur:  # holds ACCESS SHARE on the table for 12 s, longer than lock_timeout
-            cur.execute(f'SELECT now() FROM "{table}" LIMIT 1')
-            held_from = cur.fetchone()[0]
-        held_until = []
-
-        def end_hold() -> None:
-            held_until.append(query(url, "SELECT clock_timestamp()")[0][0])
-            analyst.rollback()
-
-        release = threading.Timer(12, end_hold)
-        release.start()
-        probe.start()
-        deleter.start()
-        outputs = [s.communicate(timeout=600)[0] for s in streams]
-    finally:
-        probe.stop.set()
-        deleter.stop.set()
-        for s in streams:
-            if s.poll() is None:
-                os.killpg(s.pid, 9)
-        if release is not None:
-            release.cancel()
-            release.join(30)
-    if not held_until:  # the streams ended while the analyst still held the table
-        held_until.append(query(url, "SELECT clock_timestamp()")[0][0])
-    probe.join(30)
-    deleter.join(30)
-    analyst.close()
-    print(f"the dashboard's worst wait: {probe.worst:.3f} s over {probe.queries} queries; "
-          f"{len(deleter.deleted)} rows deleted by the user")
-    for s, out in zip(streams, outputs):
-        assert s.returncode == 0, out[-3000:]
-    assert not probe.refused, f"the dashboard waited behind a commit: {probe.refused[:3]}"
-    assert query(url, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = ANY(:jobs) "
-                      "AND b.committed_at BETWEEN :a AND :b", jobs=list(topics), a=held_from, b=held_until[0])[0][0], \
-        "batches committed while the analyst held the table"
-    assert deleter.deleted, "the user deleted rows while the streams ran"
-    consumed = {(t, p): n for t in topics.values() for p, n in end_offsets(bootstrap, t).items()}
-    accounted_once(url, table, list(topics), consumed, deleter.deleted)
 
 
 # where two features meet (docs/guarantees.md, "Guarantees at every intersection")
