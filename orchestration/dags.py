@@ -148,8 +148,11 @@ def run_replay(plan: dict) -> str:
     from spark_jobs.backfill import BackfillArgs
     from spark_jobs.runs import argv
 
-    # the plan as it is launched, however it reached this task (a cleared task reads it from XCom again)
-    replay_access.require(get_current_context()["dag_run"], JOBS[plan["pipeline"]], plan["table"])
+    # the plan as it is launched, however it reached this task (a cleared task reads it from XCom again): its
+    # topic and job are the entry's and the form's again, never whatever the plan says
+    spec = JOBS[plan["pipeline"]]
+    replay_access.require(get_current_context()["dag_run"], spec, plan["table"])
+    plan = {**plan, "topic": spec.topic, "job": tasks.replay_job(spec.name, plan["from"], plan["to"], plan["table"])}
     tasks.spark_submit("backfill.py", argv(BackfillArgs, job=plan["job"], topic=plan["topic"], from_=plan["from"],
                                            to=plan["to"], table=plan["table"], mode=plan["mode"],
                                            chunk_size=plan["chunk_size"], pipeline=plan["pipeline"],

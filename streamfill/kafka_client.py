@@ -28,13 +28,18 @@ CLIENT_FIELDS = {
 }
 SECRET_PROPERTIES = frozenset({"sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.key.pem",
                                "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",
-                               "sasl.oauthbearer.client.secret"})
+                               "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config"})
 REDACTED = "********"
+
+
+# words that mark a property as holding a credential itself (a key's PEM text, a passphrase), where a file's
+# location does not
+SECRET_WORDS = ("password", "secret", "passphrase", "jaas", ".pem")
 
 
 def is_secret(prop: str) -> bool:
     name = prop.lower().removeprefix("kafka.")
-    return name in SECRET_PROPERTIES or "password" in name or "secret" in name
+    return name in SECRET_PROPERTIES or any(word in name for word in SECRET_WORDS)
 
 
 def redact(conf: Mapping[str, str]) -> dict[str, str]:

@@ -100,6 +100,19 @@ def move(cur, target: Target, stage: Stage, write_ids: Sequence[str], mode: str,
     return _isolate(cur, statement, params, target, stage)
 
 
+def _lowest(pg_type: str) -> sql.Composable | None:
+    """A value of the version's timestamp column that no other value sorts below, standing in for NULL where two
+    versions without one are compared by their coordinates; None for a type with no such literal."""
+    kind = normal_type(pg_type)
+    if kind in ("timestamp", "timestamptz", "date"):
+        return sql.SQL("'-infinity'")
+    if kind in ("smallint", "integer", "bigint", "real", "double precision") or kind.startswith("numeric"):
+        return sql.SQL("'-infinity'::double precision")
+    if kind == "text" or kind.startswith("varchar"):
+        return sql.SQL("''")
+    return None
+
+
 def _row_error(exc: psycopg2.Error) -> bool:
     code = exc.pgcode or ""
     return code[:2] in ROW_ERROR_CLASSES or code == RAISED_BY_TRIGGER
@@ -128,10 +141,13 @@ class _Statements:
                 # least as new (the same record read again rewrites its row), or when it has no version. A
                 # record without a Kafka timestamp is older than any with one (VERSION_ORDERS), in both places
                 stamp, *coordinates = version
+                floor = _lowest(dict((c.name, c.pg_type) for c in target.columns).get(stamp, ""))
 
                 def ranked(side: sql.Composable) -> sql.Composable:
+                    at = sql.SQL("{}.{}").format(side, sql.Identifier(stamp))
                     return sql.SQL(", ").join([
-                        sql.SQL("coalesce({}.{}, '-infinity')").format(side, sql.Identifier(stamp)),
+                        sql.SQL("{} IS NOT NULL").format(at),
+                        sql.SQL("coalesce({}, {})").format(at, floor) if floor is not None else at,
                         *(sql.SQL("{}.{}").format(side, sql.Identifier(v)) for v in coordinates)])
 
                 action += sql.SQL(" WHERE ({}) <= ({}) IS NOT FALSE").format(ranked(sql.SQL("t")),

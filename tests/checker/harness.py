@@ -242,8 +242,9 @@ class Run:
         """A row the table refuses with dead letters off: the batch failed naming the row, the constraint and
         the reason, and committed nothing. The user then drops the constraint and the batch is replayed."""
         writer = self.scenario.writers[step.writer]
-        refusable = {(self.topic(step.writer), r.partition, r.offset) for r in records
-                     if not r.poison and self.model.refused(r)}
+        topic = self.topic(step.writer)
+        refusable = {(topic, r.partition, r.offset) for r in self.model.attempted(topic, records)
+                     if self.model.refused(r)}
         if writer.dead_letters or not refusable:
             self.fail(f"writer {step.writer}'s batch {step.number} failed on a refused row it should not have: "
                       f"{message}")
@@ -256,6 +257,9 @@ class Run:
             self.relaunch(step)
 
     def expect_nothing_committed(self, step: Write) -> None:
+        names = ", ".join(f'"{n}"' for n in self.model.columns())
+        if self.model.exists and set(self.query(f'SELECT {names} FROM "{self.table}"')) != self.model.expected_rows():
+            self.fail(f"writer {step.writer}'s failed batch {step.number} changed the table")
         if not self.scenario.writers[step.writer].job:
             return
         stands = dict(self.query("SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
@@ -357,6 +361,8 @@ class Run:
         model = self.model
         if self.probe.refused:
             self.fail(f"a reader waited behind streamfill for over a second: {self.probe.refused[:2]}")
+        if self.probe.errors:
+            self.fail(f"the dashboard's query failed: {self.probe.errors[:2]}")
         if not model.exists:
             return
         names = ", ".join(f'"{n}"' for n in model.columns())
@@ -431,7 +437,7 @@ class Probe(threading.Thread):
     def __init__(self, url: str, table: str) -> None:
         super().__init__(daemon=True)
         self.url, self.table = url, table
-        self.stop, self.refused = threading.Event(), []
+        self.stop, self.refused, self.errors = threading.Event(), [], []
 
     def run(self) -> None:
         conn = None
@@ -449,6 +455,8 @@ class Probe(threading.Thread):
                 pass
             except (psycopg2.OperationalError, psycopg2.InterfaceError):  # PostgreSQL crashed: connect again
                 conn = None
+            except psycopg2.Error as exc:  # anything else a reader should never see
+                self.errors.append(str(exc).strip())
         if conn is not None and not conn.closed:
             conn.close()
 

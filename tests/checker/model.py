@@ -54,20 +54,23 @@ class Model:
     def refused(self, record: Record) -> bool:
         return self.check_on and len(record.value) >= 10
 
+    def attempted(self, topic: str, records: list[Record]) -> list[Record]:
+        """The records of a batch the sink writes: not the poison, and in replace by a key only each key's newest."""
+        valid = [r for r in records if not r.poison]
+        if not (self.table.mode == REPLACE and self.table.keyed):
+            return valid
+        newest: dict[str, Record] = {}
+        for r in valid:
+            if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset) > rank(
+                    newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset):
+                newest[r.key] = r
+        return sorted(newest.values(), key=lambda r: (r.partition, r.offset))
+
     def write(self, index: int, writer: Writer, topic: str, records: list[Record], evolved: bool
               ) -> list[Record]:
         """Apply one batch; returns the records the table refuses. With dead letters off and a refusal, nothing
         is applied (the batch fails)."""
-        valid = [r for r in records if not r.poison]
-        if self.table.mode == REPLACE and self.table.keyed:
-            newest: dict[str, Record] = {}
-            for r in valid:
-                if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset) > rank(
-                        newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset):
-                    newest[r.key] = r
-            attempted = sorted(newest.values(), key=lambda r: (r.partition, r.offset))
-        else:
-            attempted = valid
+        attempted = self.attempted(topic, records)
         refused = [r for r in attempted if self.refused(r)]
         if refused and not writer.dead_letters:
             return refused
