@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
 from offsets_db.exactly_once import job_id_of
+from offsets_db.locks import THIS_DATABASE
 from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
 ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
@@ -123,8 +124,7 @@ def _holds(hold: Hold):
     return exists(select(literal_column("1")).select_from(text("pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"))
                   .where(text("l.locktype = 'advisory' AND l.granted AND l.classid::bigint = :space "
                               "AND l.objid::bigint = :job AND l.objsubid = 2 AND l.pid = :pid "
-                              "AND a.backend_start = :since "
-                              "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+                              f"AND a.backend_start = :since AND l.database = {THIS_DATABASE}")
                          .bindparams(space=ANNOUNCER_LOCK_SPACE, job=hold.job_id, pid=hold.pid,
                                      since=hold.backend_start)))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger
 
-from orchestration.connections import API_CONNECTION, POSTGRES_CONNECTION
+from orchestration.connections import API_CONNECTION, POSTGRES_CONNECTION, api_base
 
 
 class CommitAnnouncer(BaseEventTrigger):
@@ -45,7 +45,7 @@ class CommitAnnouncer(BaseEventTrigger):
             from orchestration.announce import Announcer
             from orchestration.connections import postgres_url
 
-            base = api.host if "://" in (api.host or "") else f"http://{api.host}:{api.port or 8080}"
+            base = api_base(api)
             engine = make_engine(postgres_url(db))
             announcer = Announcer(engine, lambda: AirflowApi(None, (api.login, api.password), base=base), job,
                                   self.asset_uri, timedelta(seconds=every_s))

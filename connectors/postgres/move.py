@@ -101,8 +101,9 @@ def move(cur, target: Target, stage: Stage, write_ids: Sequence[str], mode: str,
 
 
 def _lowest(pg_type: str) -> sql.Composable | None:
-    """A value of the version's timestamp column that no other value sorts below, standing in for NULL where two
-    versions without one are compared by their coordinates; None for a type with no such literal."""
+    """A literal of the version's timestamp column's type standing in for its NULL, so two versions without a
+    timestamp compare by their coordinates (the `IS NOT NULL` before it already ranks one without a timestamp
+    below one with); None for a type with no such literal."""
     kind = normal_type(pg_type)
     if kind in ("timestamp", "timestamptz", "date"):
         return sql.SQL("'-infinity'")

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestration.connections import API_CONNECTION
 from orchestration.ui import PREFIX, TRIGGER_ACCESS, data, db, triggers
 from orchestration.ui import format as fmt
 from orchestration.ui.access import Access
@@ -152,7 +153,7 @@ def create_app() -> FastAPI:
     def trigger_access_api(access: AccessDep, dag_id: str, run_id: str, dag: list[str] = Query([])):
         if not access.reader.reads_every_dag():
             raise HTTPException(403, "only a user who may read the runs of every DAG (the user of the connection "
-                                     "streamfill_airflow_api) may ask who triggered a run and what they may trigger")
+                                     f"{API_CONNECTION}) may ask who triggered a run and what they may trigger")
         try:
             return as_json(triggers.answer(dag_id, run_id, set(dag)))
         except triggers.NoSuchRun as exc:
