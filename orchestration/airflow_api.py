@@ -61,7 +61,7 @@ class AirflowApi:
             last = state
             if state in ("success", "failed"):
                 return state
-            time.sleep(3)
+            time.sleep(1)
         raise AirflowError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s; see the Airflow UI")
 
     def set_paused(self, dag_id: str, paused: bool) -> None:

@@ -25,6 +25,20 @@ _CONSUMER_ONLY = {"isolation.level", "fetch.min.bytes", "fetch.max.bytes", "fetc
                   "client.rack"}
 
 
+_FIRST_RETRY_PAUSE_S = 0.1
+
+
+# A partition just created, or whose leader moves, answers these for a moment.
+_LEADERSHIP_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                KafkaError.OFFSET_NOT_AVAILABLE})
+
+
+def retriable(exc: BaseException) -> bool:
+    """An error a repeated request can overcome: Kafka says so, or the partition's leadership is moving."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADERSHIP_MOVING)
+
+
 class Broker:
     """Topic metadata and offsets, each in one batched request, with bounded timeouts."""
 
@@ -105,16 +119,22 @@ class Broker:
         if not specs:
             return {}
         started = time.monotonic()
-        futures = self._admin.list_offsets(
-            {KTopicPartition(tp.topic, tp.partition): s for tp, s in specs.items()},
-            isolation_level=self._isolation, request_timeout=self.timeout_s)
-        out: dict[TopicPartition, int] = {}
-        try:
-            for ktp, fut in futures.items():
-                out[TopicPartition(ktp.topic, ktp.partition)] = fut.result(timeout=self.timeout_s).offset
-        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
-            raise self._fail(what, exc, started) from None
-        return out
+        pause = _FIRST_RETRY_PAUSE_S
+        while True:
+            futures = self._admin.list_offsets(
+                {KTopicPartition(tp.topic, tp.partition): s for tp, s in specs.items()},
+                isolation_level=self._isolation, request_timeout=self.timeout_s)
+            out: dict[TopicPartition, int] = {}
+            try:
+                for ktp, fut in futures.items():
+                    out[TopicPartition(ktp.topic, ktp.partition)] = fut.result(timeout=self.timeout_s).offset
+                return out
+            except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+                # Ask again, as Spark's fetchOffset.numRetries does, while the timeout allows.
+                if not retriable(exc) or time.monotonic() - started + pause > self.timeout_s:
+                    raise self._fail(what, exc, started) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def watermarks(self, partitions: list[TopicPartition]) -> Watermarks:
         """(log-start, log-end) per partition; log-end is the last stable offset under read_committed."""

@@ -223,7 +223,6 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
-@pytest.mark.whole_stack
 @pytest.mark.fault
 def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_downstream_dag_once_each(
         stack_settings, bootstrap, db, topic_name):

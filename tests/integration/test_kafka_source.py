@@ -185,6 +185,7 @@ def test_a_partition_added_mid_stream_is_read_from_its_start(spark, bootstrap, t
         produce(bootstrap, topic_name, [{"value": b"new", "partition": 1 + i % 2} for i in range(20)])
         deadline = time.monotonic() + 300
         while spark.sql(f"select count(*) c from {name}").first().c < 30:
+            assert q.isActive, f"the stream stopped after partitions were added: {q.exception()}"
             assert time.monotonic() < deadline, "the stream did not read the added partitions within 300 s"
             time.sleep(0.5)
     finally:

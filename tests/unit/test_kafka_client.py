@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
+from connectors.kafka.broker import retriable
 from connectors.kafka.client import client_config, not_authorized, refusal
 from connectors.kafka.options import parse
 from orchestration.connections import kafka_client, kafka_connection
@@ -119,3 +121,13 @@ def test_the_postgres_connection_carries_libpq_tls_settings_both_ways():
         extra_dejson = conn["extra"]
 
     assert make_url(postgres_url(Connection())) == make_url(url)
+
+
+@pytest.mark.parametrize("code, retried", [
+    (KafkaError.NOT_LEADER_FOR_PARTITION, True),  # a partition just added: its leader is being elected
+    (KafkaError.LEADER_NOT_AVAILABLE, True),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, False),
+    (KafkaError.UNKNOWN_TOPIC_OR_PART, False),  # a deleted topic is data loss, decided at once
+])
+def test_the_offset_lookup_asks_again_only_while_leadership_moves(code, retried):
+    assert retriable(KafkaException(KafkaError(code))) is retried
