@@ -410,6 +410,22 @@ def resume_state(engine: Engine, job: str) -> Positions:
         return {} if job_id is None else _snapshot(s, job_id)
 
 
+def pin_start(engine: Engine, job: str, start: Positions, generation: int | None = None) -> bool:
+    """A new stream's first position (its `start` resolved: the log end, or the first offset after a time) as
+    the job's snapshot, before any batch: a relaunch before its first batch starts there again instead of at
+    a `latest` resolved anew, which would skip what arrived in between. Only for a job with no snapshot and no
+    batch; returns whether it pinned."""
+    with Session(engine) as s, s.begin():
+        job_id = job_id_of(s, job)
+        s.execute(select(Job.id).where(Job.id == job_id).with_for_update())  # one planner at a time per job
+        fencing.check(s, job, job_id, generation, refuse_live_holder=True)
+        if _snapshot(s, job_id) or _last_batch(s, job_id) is not None:
+            return False
+        s.add_all([Snapshot(job_id=job_id, topic=tp.topic, partition=tp.partition, next_offset=offset)
+                   for tp, offset in sorted(start.items())])
+        return True
+
+
 def first_start(engine: Engine, job: str) -> Positions:
     """Where a job that never committed planned its first batch: a restart must begin there again (a
     `latest` start resolved anew would skip what arrived in between). Empty when there is no such batch."""

@@ -84,6 +84,22 @@ def launch_alive(cur, job: str, generation: int) -> bool:
     return bool(cur.fetchone()[0])
 
 
+def streams_holding(conn: Connection) -> list[str]:
+    """Each stream launch that holds its job now, described (job, run, host, pid, since): an upgrade of offsets_db
+    under them is refused unless asked for. Empty before offsets_db has leases (an install older than them)."""
+    if not conn.scalar(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": schema.qualified("job_leases")}):
+        return []
+    rows = conn.execute(text(schema.sql("""
+        SELECT j.name, l.generation, l.run_id, l.host, l.pid, l.acquired_at
+        FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
+        WHERE j.kind = 'stream' AND EXISTS (
+            SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = :space
+              AND k.objid::bigint = l.job_id AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """)
+        ORDER BY j.name""")), {"space": LOCK_SPACE}).all()
+    return [f"{name}: " + Holder(generation, run_id, host, pid, acquired_at, True).describe()
+            for name, generation, run_id, host, pid, acquired_at in rows]
+
+
 def run_of(s: Session, job_id: int, generation: int) -> int | None:
     """The `runs` row of the launch that holds the job with this generation (None before it has one)."""
     return s.scalar(select(JobLease.run_id).where(JobLease.job_id == job_id, JobLease.generation == generation))

@@ -31,12 +31,14 @@ class OffsetStore:
         self.engine = url if isinstance(url, Engine) else make_engine(url)
 
     def check_grants(self) -> None:
-        """MissingGrant unless this role may use offsets_db as a job does (offsets_db.grants)."""
-        from offsets_db import grants
+        """RevisionMismatch unless offsets_db is at this code's migration revision (offsets_db.revision), then
+        MissingGrant unless this role may use it as a job does (offsets_db.grants)."""
+        from offsets_db import grants, revision
 
         raw = self.engine.raw_connection()
         try:
             with raw.cursor() as cur:
+                revision.check(cur)
                 grants.check_job_role(cur)
         finally:
             raw.close()
@@ -142,6 +144,9 @@ class OffsetStore:
 
     def first_start(self, job: str) -> Positions:
         return exactly_once.first_start(self.engine, job)
+
+    def pin_start(self, job: str, start: Positions, generation: int | None = None) -> bool:
+        return exactly_once.pin_start(self.engine, job, start, generation)
 
     def snapshot(self, job: str) -> Positions:
         """The resume state: next offset per (topic, partition); empty for a job never committed."""

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from offsets_db import announcements
+from offsets_db import announcements, revision
 from offsets_db.announcements import Hold, Pending
 from orchestration.airflow_api import AirflowApi
 from orchestration.connections import API_CONNECTION
@@ -116,6 +116,8 @@ class Announcer:
         while not stop():
             try:
                 with announcements.holding(self.engine, self.job) as hold:
+                    if hold is not None:
+                        revision.require(self.engine)  # never announce from an offsets_db of another revision
                     while hold is not None and not stop():
                         if not announcements.held(self.engine, hold):
                             log.warning("the announcer of job %s lost its lock (its PostgreSQL session ended); "

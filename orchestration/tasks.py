@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from offsets_db import queries
+from offsets_db import queries, revision
 from offsets_db.engine import make_engine
 from orchestration import dag_ids
 from orchestration.connections import (
@@ -214,6 +214,7 @@ def window_event(db_url: str, entry: str, job: str, start: datetime, end: dateti
 
     engine = make_engine(db_url)
     try:
+        revision.require(engine)
         number, covered = newest_pass(engine, job)
     except UnknownJob:  # nothing recorded the window's job: nothing landed
         number, covered = 1, None
@@ -248,6 +249,7 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int,
     now = now or datetime.now(timezone.utc)
     engine = make_engine(db_url)
     try:
+        revision.require(engine)
         last, lag = queries.last_commit_and_worst_lag(engine, job)
     finally:
         engine.dispose()

@@ -35,6 +35,7 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
+from connectors.kafka.offsets import parse_start, start_option
 from streamfill import durations
 from streamfill.errors import OptionError, StreamfillError
 from streamfill.names import parse_table, validate_job_name
@@ -51,7 +52,7 @@ class StreamArgs(NamesAnEntry):
     checkpoint: Path
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
-    starting: str = "earliest"
+    start: str | None = None  # while offsets_db has no position for the job; None: the entry's `start`
     pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
     wait_for_job: str = "0"  # how long to wait for another launch holding the job; 0 refuses at once
 
@@ -66,6 +67,14 @@ class StreamArgs(NamesAnEntry):
             raise OptionError("--max-offsets-per-trigger", self.max_offsets_per_trigger, "must be at least 1",
                               "give the most offsets one micro-batch may read, e.g. 100000")
         self.entry  # noqa: B018 - the entry must exist
+        if self.start is not None:
+            parse_start(self.start, "--start")
+
+    @property
+    def start_option(self) -> tuple[str, str]:
+        """The source option of where the stream starts: --start, else the entry's `start` (earliest by default).
+        offsets_db's position for the job, once it has one, wins over either."""
+        return start_option(parse_start(self.start or self.entry.start, "--start" if self.start else "start"))
 
     @property
     def subscription(self) -> tuple[str, str]:
@@ -124,7 +133,7 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
     reader = (spark.readStream.format("streamfill_kafka")
               .options(**kafka_options(kafka)).option(*args.subscription)
               .option("includeHeaders", str(spec.format == "raw").lower())
-              .option("startingOffsets", args.starting).option("job", args.job).option("offsetsDbUrl", url)
+              .option(*args.start_option).option("job", args.job).option("offsetsDbUrl", url)
               .options(**reader_options(spec)))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))

@@ -115,6 +115,10 @@ class MissingGrant(StreamfillError, PermissionError):
     """The database role lacks a privilege a launch needs; the message names it and the GRANT that gives it."""
 
 
+class RevisionMismatch(StreamfillError):
+    """offsets_db stands at another migration revision than this code's; the message names both and the fix."""
+
+
 def first_lines(exc: BaseException, n: int = 6) -> str:
     """Spark's errors carry a JVM stack; the cause people need is in the first lines."""
     lines = [line for line in str(exc).splitlines() if line.strip() and not line.lstrip().startswith("at ")]

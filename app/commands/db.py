@@ -11,15 +11,34 @@ app = typer.Typer(no_args_is_help=True, help="offsets_db in PostgreSQL.")
 
 
 @app.command("upgrade")
-def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upgrade to")) -> None:
-    """Apply offsets_db migrations to STREAMFILL_DB_URL (the local stack's database by default)."""
+def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upgrade to"),
+            while_running: bool = typer.Option(
+                False, "--while-running",
+                help="migrate even while streams hold their jobs (docs/upgrading.md says which upgrades allow it)"),
+            ) -> None:
+    """Apply offsets_db migrations to STREAMFILL_DB_URL (the local stack's database by default). Refused while a
+    stream holds its job: stop the streams first (docs/upgrading.md)."""
     from sqlalchemy.exc import OperationalError
 
+    from offsets_db.engine import make_engine
+    from offsets_db.fencing import streams_holding
     from offsets_db.migrate import upgrade as migrate
-    from spark_jobs.runs import safe_url, unreachable
+    from spark_jobs.runs import fail, safe_url, unreachable
 
     url = get_settings().offsets_db_url
     try:
+        engine = make_engine(url)
+        try:
+            with engine.connect() as conn:
+                running = streams_holding(conn)
+        finally:
+            engine.dispose()
+        if running and not while_running:
+            raise fail(RuntimeError(
+                f"{len(running)} stream(s) hold their jobs in offsets_db at {safe_url(url)}: "
+                + "; ".join(running) + ". Stop them first (their stream DAGs' tasks, or the `streamfill stream` "
+                "processes), then upgrade and start them with the new version; or give --while-running to "
+                "migrate under them (docs/upgrading.md)"))
         migrate(url, revision)
     except OperationalError as exc:
         raise unreachable(url, exc) from None

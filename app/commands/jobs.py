@@ -72,6 +72,7 @@ def check(file: Annotated[Optional[Path], typer.Argument(
         for column, expression in spec.derived.items():
             table.add_row(column, "from Spark SQL", escape(expression))
         console.print(table)
+        console.print(f"  starts at: {spec.start} (while offsets_db has no position for the job)", highlight=False)
         if spec.quality:
             console.print("  quality: " + "; ".join(next(iter(q)) for q in spec.quality), highlight=False)
     console.print(f"{len(entries)} job(s) valid", highlight=False)

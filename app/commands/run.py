@@ -30,6 +30,9 @@ def stream(
         "--max-offsets-per-trigger", help="at most this many offsets per micro-batch")] = None,
     checkpoint: Annotated[Optional[str], typer.Option(
         "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
+    start: Annotated[Optional[str], typer.Option(
+        "--start", help="earliest, latest or an ISO-8601 time: where the stream starts while offsets_db has no "
+                        "position for the job (default: the entry's start, else earliest)")] = None,
     pipeline: PipelineOpt = None,
     wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
@@ -41,7 +44,7 @@ def stream(
     try:
         args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
                                                 max_offsets_per_trigger=max_offsets_per_trigger,
-                                                checkpoint=checkpoint, pipeline=pipeline,
+                                                checkpoint=checkpoint, start=start, pipeline=pipeline,
                                                 wait_for_job=wait_for_job)
     except StreamfillError as exc:
         raise fail(exc) from None

@@ -39,12 +39,24 @@ def retriable(exc: BaseException) -> bool:
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADERSHIP_MOVING)
 
 
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def _request_timeout_s(kafka: Mapping[str, str]) -> float:
+    raw = kafka.get("socket.timeout.ms")
+    try:
+        return max(1.0, float(raw) / 1000) if raw is not None else DEFAULT_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_TIMEOUT_S  # librdkafka refuses the setting itself, naming it
+
+
 class Broker:
     """Topic metadata and offsets, each in one batched request, with bounded timeouts."""
 
-    def __init__(self, kafka: Mapping[str, str], timeout_s: float = 30.0) -> None:
+    def __init__(self, kafka: Mapping[str, str], timeout_s: float | None = None) -> None:
         self.kafka = dict(kafka)
-        self.timeout_s = timeout_s
+        # a request waits at most librdkafka's network request timeout when the client sets it
+        self.timeout_s = timeout_s or _request_timeout_s(self.kafka)
         self._refused: str | None = None  # the client's credentials or trust refused: retrying cannot help
         self._allowed: set[tuple[str, str]] = set()  # (topic, operation) the broker said this user may do
         conf = {k: v for k, v in self.kafka.items() if k not in _CONSUMER_ONLY}

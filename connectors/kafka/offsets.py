@@ -91,6 +91,29 @@ def parse_spec(raw: str, option: str, *, side: str, bounded: bool, topic: str | 
     return SpecificOffsets(tuple(pairs))
 
 
+START_HELP = "earliest, latest or an ISO-8601 time ('2026-11-22T10:00:00Z')"
+
+
+def parse_start(raw: str, option: str) -> Earliest | Latest | GlobalTimestamp:
+    """Where a stream starts when offsets_db has no position for its job (an entry's `start:`, `--start`)."""
+    if raw.strip().startswith("{"):
+        raise OptionError(option, raw, "is not a start of a whole stream", f"use {START_HELP}")
+    try:
+        spec = parse_spec(raw, option, side="starting", bounded=False, times=True)
+    except OptionError:
+        raise OptionError(option, raw, "is not a start", f"use {START_HELP}") from None
+    if isinstance(spec, GlobalTimestamp) and spec.timestamp_ms > datetime.now(timezone.utc).timestamp() * 1000:
+        raise OptionError(option, raw, "is in the future", "use a past time, latest or earliest")
+    return spec
+
+
+def start_option(spec: Earliest | Latest | GlobalTimestamp) -> tuple[str, str]:
+    """The source option (name, value) that starts a read at `spec`."""
+    if isinstance(spec, GlobalTimestamp):
+        return "startingTimestamp", str(spec.timestamp_ms)
+    return "startingOffsets", "earliest" if isinstance(spec, Earliest) else "latest"
+
+
 def json_int(value: object) -> bool:
     """A JSON integer: not `true` (Python's bool is an int subclass, so it would pass as 1), not 1.0 or 1e3."""
     return isinstance(value, int) and not isinstance(value, bool)

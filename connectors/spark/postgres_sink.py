@@ -150,11 +150,12 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
 
 
 def _require_grants(conn, opts) -> None:
-    """A job's role may write offsets_db and its table (docs/infrastructure.md): a missing
-    grant fails the launch here, before anything is recorded, naming the privilege and the GRANT."""
-    from offsets_db import grants
+    """offsets_db is at this code's migration revision, and a job's role may write it and its table
+    (docs/infrastructure.md): either failing fails the launch here, before anything is recorded, naming the fix."""
+    from offsets_db import grants, revision
 
     with conn.cursor() as cur:
+        revision.check(cur)
         grants.check_job_role(cur)
         if opts.schema is not None:
             target.check_schema(cur, opts.schema, opts.table)

@@ -28,6 +28,7 @@ from connectors.kafka import options as source_options
 from connectors.kafka.broker import Broker
 from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
 from connectors.kafka.json_values import JsonColumns
+from connectors.kafka.offsets import Earliest
 from connectors.kafka.options import SourceOptions
 from connectors.kafka.planner import OffsetRange, offsets_behind
 from connectors.kafka.reader import read_range
@@ -178,7 +179,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         resume = self.tracker.resume() if self.tracker else None
         if resume:
             log.info("job %s resumes from offsets_db: %s", self.opts.job, to_json_shape(resume))
-        return to_json_shape(self.enumerator.initial(resume))
+        initial = self.enumerator.initial(resume)
+        if self.tracker and not resume and not isinstance(self.opts.starting, Earliest):
+            self.tracker.pin_start(initial)  # `latest` or a time, resolved once for the job's whole life
+        return to_json_shape(initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:

@@ -89,6 +89,11 @@ class JobTracker:
         """The snapshot; for a job that never committed, where its first planned batch began."""
         return self.store.snapshot(self.job) or self.store.first_start(self.job)
 
+    def pin_start(self, start: Positions) -> None:
+        """A stream that starts elsewhere than at earliest keeps that start in offsets_db from its first launch."""
+        if self.store.pin_start(self.job, dict(start), self.generation):
+            log.info("job %s starts at %s", self.job, dict(start))
+
     def record(self, plan: Plan, start: Positions | None, from_checkpoint: bool = False) -> int:
         """Record the plan before any task reads it; `start` (Spark's, read from an existing checkpoint when
         `from_checkpoint`) is checked against the snapshot."""

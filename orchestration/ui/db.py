@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from sqlalchemy import Engine
 
+from offsets_db import revision
 from offsets_db.engine import make_engine
 from orchestration.connections import POSTGRES_READER_CONNECTION, kafka_client, postgres_url
 from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
@@ -24,6 +26,8 @@ READ_ONLY = "-c default_transaction_read_only=on"
 
 _lock = threading.Lock()
 _engine: Engine | None = None
+REVISION_CHECKED_FOR_S = 10.0
+_revision_checked = float("-inf")
 
 
 class NoDatabase(StreamfillError):
@@ -69,18 +73,23 @@ def kafka() -> dict[str, str]:
 
 
 def engine() -> Engine:
-    global _engine
+    """The page's engine, once offsets_db was found at this code's migration revision (asked again after
+    REVISION_CHECKED_FOR_S: an upgrade of offsets_db under a running API server is refused on the page too)."""
+    global _engine, _revision_checked
     with _lock:
         if _engine is None:
             _engine = make_engine(database_url(), READ_ONLY, pool_size=4, max_overflow=4)
+        if time.monotonic() - _revision_checked > REVISION_CHECKED_FOR_S:
+            revision.require(_engine)
+            _revision_checked = time.monotonic()
         return _engine
 
 
 def use(url: str) -> Engine:
     """Point the page at another database (the benchmark's scratch one)."""
-    global _engine
+    global _engine, _revision_checked
     with _lock:
         if _engine is not None:
             _engine.dispose()
-        _engine = make_engine(url, READ_ONLY, pool_size=2, max_overflow=2)
+        _engine, _revision_checked = make_engine(url, READ_ONLY, pool_size=2, max_overflow=2), float("-inf")
         return _engine

@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
+from connectors.kafka.offsets import START_HELP, parse_start
 from connectors.postgres.sink_options import APPEND_NEW, SinkMode
 from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
+from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.rules import Rule, rules_of
 
@@ -169,6 +171,7 @@ class PipelineSpec(BaseModel):
     quality: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
     trigger: str = "10s"
     max_offsets_per_trigger: StrictInt | None = Field(None, ge=1)
+    start: str = "earliest"  # where the stream starts while offsets_db has no position for its job
     interval_table: str | None = None
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"
@@ -209,6 +212,15 @@ class PipelineSpec(BaseModel):
                                                               or found[0] == 0):
             raise ValueError(f"trigger {v!r} is not a trigger; use available-now or an interval such as 5s, 500ms "
                              "or 1m")
+        return v
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, v: str) -> str:
+        try:
+            parse_start(v, "start")
+        except OptionError as exc:
+            raise ValueError(f"start {v!r} {exc.problem}; use {START_HELP}") from None
         return v
 
     @field_validator("announce_every")

@@ -26,6 +26,7 @@ from connectors.spark.postgres_sink import dsn
 from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
+from streamfill.partitions import TopicPartition
 from streamfill.settings import Settings
 from tests.checker.model import Model
 from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
@@ -143,8 +144,18 @@ class Run:
                 if writer.mirror and self.mirrors else None
             self.store.ensure_job(job, "stream" if writer.path == STREAM else "backfill", config)
             self.leases[step.writer] = self.store.hold(job)
-        self.store.record_planned(job, [PlannedRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges],
-                                  generation=self.leases[step.writer].generation)
+            if writer.start and not self.store.snapshot(job) and not self.store.first_start(job):
+                # the source's first launch of a stream starting at latest or a time: its start kept at once
+                start = {TopicPartition(self.topic(step.writer), p): writer.start for p in range(PARTITIONS)}
+                if self.store.pin_start(job, start, self.leases[step.writer].generation):
+                    self.model.committed[step.writer] = {p: writer.start for p in range(PARTITIONS)}
+        generation = self.leases[step.writer].generation
+        ranges = [PlannedRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges]
+        if writer.start:  # Spark's start of the batch, checked against offsets_db's position (a fresh query's)
+            self.store.record_planned(job, ranges, generation=generation,
+                                      start={TopicPartition(self.topic(step.writer), p): s for p, s, _ in step.ranges})
+        else:
+            self.store.record_planned(job, ranges, generation=generation)
 
     def relaunch(self, step: Write) -> None:
         """The launch died (or lost its session in a crash): a new one takes the job and plans the batch again,
@@ -397,9 +408,10 @@ class Run:
         ranges = self.query("SELECT bo.partition, bo.start_offset, bo.end_offset FROM batch_offsets bo JOIN batches b "
                             "ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND "
                             "b.committed_at IS NOT NULL ORDER BY bo.partition, bo.start_offset", j=job)
+        first = self.scenario.writers[index].start  # where the stream started: offsets before it are not its
         reach: dict[int, int] = {}
         for partition, start, end in ranges:
-            if start != reach.get(partition, 0):
+            if start != reach.get(partition, first):
                 self.fail(f"job {job}: partition {partition}'s committed batches leave a gap or overlap at {start}")
             reach[partition] = end
         numbers = [n for (n,) in self.query("SELECT b.commit_no FROM batches b JOIN jobs j ON j.id = b.job_id "
@@ -411,9 +423,10 @@ class Run:
             per = dict(rows)
             for t, p, _ in model.dead.get(index, set()) | {d for d in model.deleted if d[0] == topic}:
                 per[p] = per.get(p, 0) + 1
-            if per != {p: n for p, n in stands.items() if n}:
-                self.fail(f"job {job}: rows + dead letters + deleted per partition {per} != committed {stands}")
-        self.tally.offsets += sum(stands.values())
+            if per != {p: n - first for p, n in stands.items() if n - first}:
+                self.fail(f"job {job}: rows + dead letters + deleted per partition {per} != committed {stands} "
+                          f"less the start {first}")
+        self.tally.offsets += sum(n - first for n in stands.values())
 
 
 def _spark_schema(dead_letters: bool, evolved: bool):

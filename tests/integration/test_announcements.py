@@ -253,7 +253,7 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
             topic: {name}
             table: {name}_events
             trigger: 2s
-            max_offsets_per_trigger: 400
+            max_offsets_per_trigger: 1000
             announce_every: 3s
 {ORDERS_COLUMNS}    """
         with dropped_file(stack_settings, name, entry):

@@ -141,7 +141,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
 
 def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(stack_settings, bootstrap, db, topic_name,
                                                                        tmp_path):
-    valid, bad = demo_topic(bootstrap, topic_name, 3000, 0.03)
+    valid, bad = demo_topic(bootstrap, topic_name, 2000, 0.03)
     job, table = f"{topic_name}-bf", f"{topic_name}_bf"
     base = ["backfill", "--job", job, "--topic", topic_name, "--from", "earliest", "--to", "latest",
             "--table", table, "--chunk-size", "400"]
@@ -232,7 +232,7 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_s
 
 def test_a_stream_and_a_backfill_over_the_same_offsets_into_one_table_land_each_key_once(
         stack_settings, bootstrap, db, topic_name, tmp_path):
-    valid, bad = demo_topic(bootstrap, topic_name, 5000, 0.02)
+    valid, bad = demo_topic(bootstrap, topic_name, 2500, 0.02)
     table = f"{topic_name}_shared"
     s = cli("stream", "--job", f"{topic_name}-s", "--topic", topic_name, "--table", table, "--trigger",
             "available-now", "--max-offsets-per-trigger", "700", "--checkpoint", str(tmp_path / "ckpt"))
@@ -426,3 +426,53 @@ def test_the_stream_and_a_backfill_on_a_standalone_cluster_without_streamfill_gi
         assert query(db, f'SELECT count(*) FROM "{table}"') == query(db, f'SELECT count(*) FROM "{local}"')
         assert query(db, f'SELECT {cols} FROM "{local}" EXCEPT SELECT {cols} FROM "{table}"') == []
         assert query(db, f'SELECT {cols} FROM "{table}" EXCEPT SELECT {cols} FROM "{local}"') == []
+
+
+def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its_first_batch(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path):
+    """`start: latest`: the first launch reads nothing of what the topic held, and its start is offsets_db's
+    from then on, so a relaunch before any batch reads exactly what arrived in between. `--start <time>`: the
+    first record at or after that time."""
+    from tests.job_helpers import orders_columns, run_here
+
+    ensure_topic(bootstrap, topic_name, 2)
+    hour = 3_600_000
+    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+
+    def send(count: int, seed: int, at_ms: int) -> set[str]:
+        sent = list(events.records(count, 0.0, seed, now=datetime.now(timezone.utc)))
+        produce_records(bootstrap, topic_name, [{"value": v, "partition": i % 2, "timestamp": at_ms + i}
+                                                for i, (_, v, _) in enumerate(sent)])
+        return {json.loads(v)["event_id"] for _, v, _ in sent}
+
+    send(300, 31, now_ms - 2 * hour)  # what the topic held before the entry existed
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"jobs:\n  {topic_name}:\n    topic: {topic_name}\n    table: {topic_name}_latest\n"
+                    f"    start: latest\n" + orders_columns(4))
+    kafka = {"bootstrap.servers": bootstrap}
+
+    def launch(job: str, table: str, start: str | None = None) -> tuple[int, str]:
+        return run_here(str(jobs), lambda: stream.run(
+            stream.StreamArgs(job, topic_name, table, tmp_path / job, "available-now", None, start=start,
+                              pipeline=topic_name), spark, kafka, stack_settings.offsets_db_url, threading.Event()))
+
+    code, out = launch(topic_name, f"{topic_name}_latest")
+    assert code == 0, out
+    assert query(db, f'SELECT count(*) FROM "{topic_name}_latest"') == [(0,)]
+    assert dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
+                      j=topic_name)) == {0: 150, 1: 150}, "the start is offsets_db's before any batch"
+
+    arrived = send(200, 32, now_ms - hour)  # between the two launches
+    code, out = launch(topic_name, f"{topic_name}_latest")
+    assert code == 0, out
+    assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_latest"')} == arrived
+    assert query(db, f'SELECT count(*) FROM "{topic_name}_latest"') == [(200,)]
+    assert dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
+                      j=topic_name)) == {0: 250, 1: 250}
+
+    between = (datetime.fromtimestamp((now_ms - 1.5 * hour) / 1000, timezone.utc)).isoformat()
+    code, out = launch(f"{topic_name}-t", f"{topic_name}_since", start=between)
+    assert code == 0, out
+    assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_since"')} == arrived
+    assert query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
+                     "AND b.committed_at IS NULL", j=f"{topic_name}-t") == [(0,)]

@@ -329,3 +329,63 @@ def test_a_checkpoint_of_other_partitions_is_refused_before_anything_is_planned(
                                  generation=lease.generation, from_checkpoint=True)
     assert store.snapshot(job) == {("a", 0): 10}
 
+
+
+def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_upgrade_waits_for_streams(
+        spark, fresh_db, bootstrap, topic_name, tmp_path):
+    """An upgrade cannot half-happen: a stream and a backfill against offsets_db at revision 0007 are refused,
+    naming both revisions and the command, with nothing recorded; `streamfill db upgrade` is refused while a
+    stream holds its job, names it, and migrates under it only with --while-running."""
+    import threading
+
+    from offsets_db import fencing, revision
+    from spark_jobs import backfill, stream
+    from streamfill.errors import RevisionMismatch
+    from spark_jobs.pipelines import jobs_file
+    from tests.integration.test_jobs import demo_topic
+    from tests.job_helpers import run_here
+
+    cli = str(Path(sys.executable).parent / "streamfill")
+    env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
+    older, needed = revision.revisions()[-2:]
+    done = subprocess.run([cli, "db", "upgrade", older], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    demo_topic(bootstrap, topic_name, 50, 0.0)
+    kafka, entries = {"bootstrap.servers": bootstrap}, str(jobs_file())
+    launches = {
+        "stream": lambda: stream.run(stream.StreamArgs(f"{topic_name}-s", topic_name, f"{topic_name}_s",
+                                                       tmp_path / "ck", "available-now", None, pipeline="orders"),
+                                     spark, kafka, fresh_db, threading.Event()),
+        "backfill": lambda: backfill.run(backfill.BackfillArgs(f"{topic_name}-b", topic_name, "earliest", "latest",
+                                                               f"{topic_name}_b", pipeline="orders"),
+                                         spark, kafka, fresh_db)}
+    for kind, launch in launches.items():
+        code, out = run_here(entries, launch)
+        assert code == 1 and f"offsets_db is at migration revision {older} and this streamfill needs revision " \
+                              f"{needed}: stop the streams, then run `streamfill db upgrade`" in out, (kind, out)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM streamfill.jobs")).scalar_one() == 0
+        assert conn.execute(text("SELECT count(*) FROM pg_tables WHERE tablename LIKE :t"),
+                            {"t": f"{topic_name}%"}).scalar_one() == 0
+        job_id = conn.execute(text("INSERT INTO streamfill.jobs (name, kind, config) VALUES ('held', 'stream', '{}') "
+                                   "RETURNING id")).scalar_one()
+    with pytest.raises(RevisionMismatch, match=f"revision {older} .* needs revision {needed}"):
+        OffsetStore(fresh_db).check_grants()
+
+    lease = fencing.acquire(make_engine(fresh_db), "held", job_id)
+    try:
+        refused = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1, refused.stdout
+        said = " ".join(refused.stderr.split())
+        assert "1 stream(s) hold their jobs" in said and "held: a launch without a run row on host" in said \
+            and "--while-running" in said, said
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM streamfill.alembic_version")).scalar_one() == older
+        forced = subprocess.run([cli, "db", "upgrade", "--while-running"], env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert forced.returncode == 0, forced.stderr
+    finally:
+        lease.release()
+    OffsetStore(fresh_db).check_grants()  # at the code's revision now
+    engine.dispose()

@@ -98,6 +98,10 @@ BAD = [
     ("columns: {a: {type: int}}\n    health: {max_lagg: 1}", "health.max_lagg\n  is not a setting here: did you "
                                                             "mean 'max_lag'?"),
     ("columns: {a: {type: int}}\n    trigger: soon", "trigger 'soon' is not a trigger"),
+    ("columns: {a: {type: int}}\n    start: yesterday", "start 'yesterday' is not a start; use earliest, latest or "
+                                                       "an ISO-8601 time"),
+    ("columns: {a: {type: int}}\n    start: '{\"0\": 5}'", "is not a start of a whole stream"),
+    ("columns: {a: {type: int}}\n    start: '2999-01-01T00:00:00Z'", "is in the future"),
     ("columns: {a: {type: int, max: 2.5}}", "max 2.5 is not a whole number that fits int"),
     ("columns: {a: {type: int, max: 5000000000}}", "max 5000000000 is not a whole number that fits int"),
     ("columns: {a: {type: string, in: [EUR, NO]}}", "has values that are not text ([False]"),
