@@ -58,6 +58,14 @@ def last_commit_and_worst_lag(engine: Engine, job: str) -> tuple[datetime | None
     return last, lag
 
 
+def positions(engine: Engine, job: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, next offset) of the job, from latest_offsets."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(statement(
+            "SELECT topic, partition, next_offset FROM {latest_offsets} WHERE job = :job"),
+            {"job": validate_job_name(job)})]
+
+
 def dead_letter_count(engine: Engine, job: str) -> int:
     with engine.connect() as conn:
         return conn.scalar(statement("SELECT count(*) FROM {dead_letters} d JOIN {jobs} j ON j.id = d.job_id "

@@ -63,10 +63,11 @@ def run_stream(job: str) -> None:
 def check_health(job: str) -> None:
     from orchestration import tasks
 
-    spec = JOBS[job]
-    health = tasks.health(tasks.endpoints().db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
-                          spec.health.max_lag)
-    print(f"job {spec.name}: last commit {health.last_commit}, worst partition lag {health.max_lag}")
+    spec, ends = JOBS[job], tasks.endpoints()
+    health = tasks.health(ends.db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
+                          spec.health.max_lag, ends.kafka)
+    print(f"job {spec.name}: last commit {health.last_commit}, worst partition lag {health.max_lag}"
+          + ("; at the log end of every partition (nothing to read)" if health.caught_up else ""))
     if health.problems:
         raise RuntimeError("; ".join(health.problems))
 
@@ -197,7 +198,7 @@ def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
 
     with DAG(dag_id=dag_ids.stream_health(spec.name), catchup=False, max_active_runs=1, tags=TAGS,
              schedule=CronDataIntervalTimetable(f"*/{spec.health.every_minutes} * * * *", timezone="UTC"),
-             is_paused_upon_creation=True) as dag:
+             is_paused_upon_creation="health" not in spec.model_fields_set) as dag:  # runs once asked for
         check_health(spec.name)
     out.append(dag)
 

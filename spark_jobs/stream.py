@@ -9,6 +9,7 @@ query between batches. The job resumes where offsets_db says it stands, with or 
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from connectors.kafka.offsets import parse_start, start_option
 from offsets_db.store import OffsetStore
 from spark_jobs.runs import (
     NamesAnEntry,
@@ -35,11 +37,12 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
-from connectors.kafka.offsets import parse_start, start_option
 from streamfill import durations
-from streamfill.errors import OptionError, StreamfillError
+from streamfill.errors import CheckpointMismatch, ForeignCheckpoint, OptionError, StreamfillError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.settings import get_settings
+
+log = logging.getLogger("streamfill.stream")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class StreamArgs(NamesAnEntry):
     job: str
     topic: str | None  # None: the entry's topic, topics or topic_pattern
     table: str
-    checkpoint: Path
+    checkpoint: Path | str  # a local directory, or any Hadoop file system URL Spark reaches (hdfs://, s3a://)
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
     start: str | None = None  # while offsets_db has no position for the job; None: the entry's `start`
@@ -86,11 +89,13 @@ class StreamArgs(NamesAnEntry):
                    checkpoint: str | Path | None = None, trigger: str | None = None,
                    max_offsets_per_trigger: int | None = None, pipeline: str | None = None, **flags) -> StreamArgs:
         """What a flag leaves out comes from the entry (the one named by --pipeline, else by --job): topic, table,
-        trigger, max offsets per trigger. `checkpoint` defaults to STREAMFILL_HOME/checkpoints/JOB."""
+        trigger, max offsets per trigger. `checkpoint` defaults to the entry's checkpoint_dir/JOB, else
+        STREAMFILL_HOME/checkpoints/JOB."""
         validate_job_name(job, "--job")
         spec = entry_of(job, pipeline)
         return cls(job=job, topic=topic, table=table or spec.table,
-                   checkpoint=Path(checkpoint) if checkpoint else get_settings().home / "checkpoints" / job,
+                   checkpoint=_location(checkpoint or _under(spec.checkpoint_dir, job)
+                                        or get_settings().home / "checkpoints" / job),
                    trigger=trigger or spec.trigger,
                    max_offsets_per_trigger=(spec.max_offsets_per_trigger if max_offsets_per_trigger is None
                                             else max_offsets_per_trigger),
@@ -105,6 +110,15 @@ class StreamSummary:
     rows: int = 0
     dead_letters: int = 0
     seconds: float = 0.0
+
+
+def _under(folder: str | None, job: str) -> str | None:
+    return None if folder is None else f"{folder.rstrip('/')}/{job}"
+
+
+def _location(raw: str | Path) -> Path | str:
+    """A checkpoint given as a URL (shared storage: hdfs://, s3a://, abfss://) stays one; anything else is a path."""
+    return raw if isinstance(raw, str) and "://" in raw else Path(raw)
 
 
 def parse_trigger(raw: str) -> dict:
@@ -137,6 +151,8 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
               .options(**reader_options(spec)))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    if spec.commit_to_group:
+        reader = reader.option("commitToGroup", spec.commit_to_group)
     if generation is not None:
         reader = reader.option("jobGeneration", str(generation))
     rows = rows_of(spec, reader.load())
@@ -170,6 +186,8 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
     takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
     the query has stopped. The table is created or given new columns only under that hold."""
+    from pyspark.errors import StreamingQueryException
+
     check_access(args, kafka)
     query_plan(spark, args, kafka, url, change=False)
     store = OffsetStore(url)
@@ -182,7 +200,7 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
                          _lineage(args, kafka, url)) as run_row:
         first_batch = store.last_batch_id(args.job)
         query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
-        seen, newest = -1, None
+        seen, newest, set_aside = -1, None, None
 
         def report() -> None:
             """One call per micro-batch that ran, in order. lastProgress alone misses a batch that ended between
@@ -198,24 +216,67 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
                     seen = progress["batchId"]
                     on_batch(progress)
 
-        try:
-            while query.isActive:
-                report()
-                if stop.is_set():
-                    _stop_between_batches(query)
-                    run_row.status = summary.status = "stopped"
-                    break
-                query.awaitTermination(0.5)
-        except KeyboardInterrupt:
-            _stop_between_batches(query)
-            raise
-        report()
-        failure = query.exception()
+        while True:
+            try:
+                while query.isActive:
+                    report()
+                    if stop.is_set():
+                        _stop_between_batches(query)
+                        run_row.status = summary.status = "stopped"
+                        break
+                    try:
+                        query.awaitTermination(0.5)
+                    except StreamingQueryException:
+                        break  # the failure is the query's exception(), below
+            except KeyboardInterrupt:
+                _stop_between_batches(query)
+                raise
+            report()
+            failure = query.exception()
+            refused = _refused_checkpoint(failure) if set_aside is None else None
+            if refused is None:
+                break
+            # planning refused the checkpoint before anything of that batch was read or recorded: offsets_db is the
+            # truth, and the stream goes on from there with a checkpoint of its own
+            set_aside = _set_aside(spark, args.checkpoint, refused)
+            console.print(f"stream {args.job}: its checkpoint disagreed with offsets_db; set aside as {set_aside}, "
+                          "resuming where offsets_db says", highlight=False)
+            query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
         if failure is not None:
-            raise StreamfillError(f"stream {args.job!r} failed: {failure.desc}") from None
+            raise StreamfillError(f"stream {args.job!r} failed: {_described(failure)}") from None
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+REFUSED_CHECKPOINT = tuple(f"{cls.__module__}.{cls.__name__}" for cls in (CheckpointMismatch, ForeignCheckpoint))
+
+
+def _refused_checkpoint(failure) -> str | None:
+    """The line of a query's failure saying that planning refused its checkpoint (a stale copy, another job's);
+    None for any other failure, or none."""
+    if failure is None:
+        return None
+    lines = _described(failure).splitlines()
+    return next((line for line in lines if any(name in line for name in REFUSED_CHECKPOINT)), None)
+
+
+def _described(failure) -> str:
+    """A query's failure as Spark describes it (the Python traceback of a data source's error included), without
+    the JVM's stack trace."""
+    return str(failure).split("\n\nJVM stacktrace:", 1)[0]
+
+
+def _set_aside(spark, checkpoint: Path | str, why: str) -> str:
+    """Rename the checkpoint beside itself (any file system Spark's Hadoop configuration reaches), logging what
+    it held against offsets_db; returns the new location."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(str(checkpoint))
+    target = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}.set-aside-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    if not path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).rename(path, target):
+        raise StreamfillError(f"{why}. Setting the checkpoint {checkpoint} aside failed: move it away and restart")
+    log.warning("%s; the checkpoint is set aside as %s and the stream resumes from offsets_db", why, target)
+    return target.toString()
 
 
 def _lineage(args: StreamArgs, kafka: Mapping[str, str], url: str) -> LineageIO:

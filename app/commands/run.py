@@ -29,7 +29,8 @@ def stream(
     max_offsets_per_trigger: Annotated[Optional[int], typer.Option(
         "--max-offsets-per-trigger", help="at most this many offsets per micro-batch")] = None,
     checkpoint: Annotated[Optional[str], typer.Option(
-        "--checkpoint", help="Spark checkpoint directory (default: STREAMFILL_HOME/checkpoints/JOB)")] = None,
+        "--checkpoint", help="Spark checkpoint directory or Hadoop file system URL (default: the entry's "
+                             "checkpoint_dir/JOB, else STREAMFILL_HOME/checkpoints/JOB)")] = None,
     start: Annotated[Optional[str], typer.Option(
         "--start", help="earliest, latest or an ISO-8601 time: where the stream starts while offsets_db has no "
                         "position for the job (default: the entry's start, else earliest)")] = None,

@@ -84,8 +84,10 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: i
         stale = lagging = False
         if spec is not None:
             max_age = timedelta(minutes=spec.health.max_commit_age_minutes)
-            problems = health_problems(r["name"], r["last_commit"], r["max_lag"], max_age, spec.health.max_lag, now)
-            stale = r["last_commit"] is None or now - r["last_commit"] > max_age
+            caught_up = now_lag is not None and now_lag[0] == 0  # a quiet topic: nothing to commit
+            problems = health_problems(r["name"], r["last_commit"], r["max_lag"], max_age, spec.health.max_lag, now,
+                                       caught_up)
+            stale = not caught_up and (r["last_commit"] is None or now - r["last_commit"] > max_age)
             lagging = r["max_lag"] is not None and r["max_lag"] > spec.health.max_lag
         rows.append({
             "name": r["name"], "kind": r["kind"], "entry": spec is not None,

@@ -172,6 +172,11 @@ class PipelineSpec(BaseModel):
     trigger: str = "10s"
     max_offsets_per_trigger: StrictInt | None = Field(None, ge=1)
     start: str = "earliest"  # where the stream starts while offsets_db has no position for its job
+    # where the stream's checkpoint lives, as <checkpoint_dir>/<job>: a directory, or shared storage Spark reaches
+    # (hdfs://, s3a://, abfss://) so a retry on another Airflow worker finds it; default STREAMFILL_HOME/checkpoints
+    checkpoint_dir: str | None = Field(None, min_length=1)
+    # a consumer group the stream's committed offsets are mirrored to after each commit (lag tools read it)
+    commit_to_group: str | None = Field(None, min_length=1, pattern=r"^\S+$")
     interval_table: str | None = None
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"

@@ -1,6 +1,7 @@
 """Exactly-once from Kafka into Postgres on the real stack: whatever kills the driver, every record lands once.
 
-Each run is a separate driver process (its own session, so a SIGKILL takes the JVM and Python workers with it).
+Each run that is killed is a separate driver process (its own session, so a SIGKILL takes the JVM and Python
+workers with it); the checkpoint checks run in the test run's SparkSession.
 """
 
 from __future__ import annotations
@@ -111,31 +112,49 @@ def test_sigkill_at_every_point_of_the_commit_cycle_loses_and_duplicates_nothing
     assert numbers == list(range(1, counter + 1)) and uncommitted == 0
 
 
-def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refused(stack_settings, bootstrap,
-                                                                                  topic_name, tmp_path):
+def run_in_session(spark, bootstrap: str, topic: str, job: str, table: str, checkpoint: Path):
+    """stream_driver.py's query in the run's SparkSession (no kill needed): its failure, or None."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.functions import expr
+
+    query = (spark.readStream.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 200)
+             .option("job", job).load().withColumn("row_id", expr("uuid()"))
+             .writeStream.format("streamfill_postgres").option("table", table).option("job", job)
+             .option("keyColumns", "row_id").option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+    except StreamingQueryException:
+        pass  # its exception(), below
+    failure = query.exception()
+    return None if failure is None else str(failure)
+
+
+def test_checkpoint_deleted_resumes_from_offsets_db_and_stale_checkpoint_is_refused(spark, stack_settings,
+                                                                                  bootstrap, topic_name, tmp_path):
+    """The source's own rule, for a query of the user's (a streamfill stream sets such a checkpoint aside:
+    test_jobs.py)."""
     create_topic(bootstrap, topic_name, 4)
     produce(bootstrap, topic_name, _records(0, 800))
     job, table, checkpoint = f"{topic_name}-ck", f"{topic_name}_ck", tmp_path / "checkpoint"
-    assert run_driver(topic_name, job, table, checkpoint).returncode == 0
+    assert run_in_session(spark, bootstrap, topic_name, job, table, checkpoint) is None
     stale = tmp_path / "stale"
     shutil.copytree(checkpoint, stale)
 
     produce(bootstrap, topic_name, _records(800, 800))
     shutil.rmtree(checkpoint)  # no checkpoint: the stream starts where offsets_db says, not at earliest
-    done = run_driver(topic_name, job, table, checkpoint)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert run_in_session(spark, bootstrap, topic_name, job, table, checkpoint) is None
     assert sorted(table_rows(stack_settings.offsets_db_url, table)) == expected(1600)
 
     produce(bootstrap, topic_name, _records(1600, 400))
-    refused = run_driver(topic_name, job, table, stale)
-    assert refused.returncode != 0
-    assert "disagrees with offsets_db" in refused.stderr
-    assert f"{topic_name}-0: checkpoint 200, offsets_db 400" in refused.stderr
-    assert "delete the checkpoint directory" in refused.stderr
+    refused = run_in_session(spark, bootstrap, topic_name, job, table, stale)
+    assert refused is not None and "disagrees with offsets_db" in refused, refused
+    assert f"{topic_name}-0: checkpoint 200, offsets_db 400" in refused
+    assert "delete the checkpoint directory" in refused
     assert sorted(table_rows(stack_settings.offsets_db_url, table)) == expected(1600), "nothing written"
 
     # the same checkpoint under a job offsets_db has never seen: another job's checkpoint, refused
-    foreign = run_driver(topic_name, f"{job}-other", f"{table}_other", stale)
-    assert foreign.returncode != 0
-    assert "is not this job's: the job has no committed position in offsets_db" in foreign.stderr, \
-        foreign.stderr[-3000:]
+    foreign = run_in_session(spark, bootstrap, topic_name, f"{job}-other", f"{table}_other", stale)
+    assert foreign is not None and "is not this job's: the job has no committed position in offsets_db" in foreign, \
+        foreign

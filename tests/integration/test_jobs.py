@@ -139,8 +139,8 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
                         if not is_bad and 300 <= i < 900}
 
 
-def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(stack_settings, bootstrap, db, topic_name,
-                                                                       tmp_path):
+def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(spark, stack_settings, bootstrap, db,
+                                                                       topic_name, tmp_path):
     valid, bad = demo_topic(bootstrap, topic_name, 2000, 0.03)
     job, table = f"{topic_name}-bf", f"{topic_name}_bf"
     base = ["backfill", "--job", job, "--topic", topic_name, "--from", "earliest", "--to", "latest",
@@ -164,20 +164,24 @@ def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(stack_sett
         batches = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j", j=job)
         return rows[0], batches[0][0]
 
+    # the same backfill again, then in replace mode, in the run's SparkSession (the launch is the CLI's above)
+    def again(mode: str, chunk: int) -> backfill.Summary:
+        return backfill.run(backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, mode, chunk,
+                                                  pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
+                            stack_settings.offsets_db_url)
+
     before = state()
-    code, out = finish(cli(*base))
-    assert code == 0 and "already complete" in out, out
+    assert again("append-new", 400).state == "complete"
     assert state() == before  # not a row touched, no batch planned
 
-    code, out = finish(cli(*base, "--mode", "replace", "--chunk-size", "5000"))
-    assert code == 0 and "(new pass)" in out, out
+    assert again("replace", 5000).state == "new pass"
     after = state()
     assert after[0][0] == before[0][0]  # the same rows ...
     assert after[0][1] > before[0][1] and after[1] == before[1] + 1  # ... rewritten by one new chunk
 
 
-def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_settings, bootstrap, db, topic_name,
-                                                                          tmp_path):
+def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(spark, stack_settings, bootstrap, db,
+                                                                          topic_name, tmp_path):
     valid, bad = demo_topic(bootstrap, topic_name, 6000, 0.02)
     job, table = f"{topic_name}-term", f"{topic_name}_term"
     base = ["stream", "--job", job, "--topic", topic_name, "--table", table, "--max-offsets-per-trigger", "300",
@@ -217,9 +221,10 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(stack_s
     assert query(db, "SELECT lineage_run_id::text FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j",
                  j=job) == [(start["run"]["runId"],)]
 
-    # the restart continues in bigger batches: a batch's size may change between launches
-    code, out = finish(cli(*base, "--trigger", "available-now", "--max-offsets-per-trigger", "3000"))
-    assert code == 0, out
+    # the restart continues, in the run's SparkSession and in bigger batches (a batch's size may change between
+    # launches)
+    stream.run(stream.StreamArgs(job, topic_name, table, tmp_path / "ckpt", "available-now", 3000, pipeline="orders"),
+               spark, {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url, threading.Event())
     ids, dead, offsets = landed(db, table, job)
     assert len(ids) == len(valid) and set(ids) == valid and dead == set(bad)
     # each batch names the launch that read it: the stopped one's first, then the restart's
@@ -431,8 +436,8 @@ def test_the_stream_and_a_backfill_on_a_standalone_cluster_without_streamfill_gi
 def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its_first_batch(
         spark, stack_settings, bootstrap, db, topic_name, tmp_path):
     """`start: latest`: the first launch reads nothing of what the topic held, and its start is offsets_db's
-    from then on, so a relaunch before any batch reads exactly what arrived in between. `--start <time>`: the
-    first record at or after that time."""
+    from then on, so a relaunch before any batch reads exactly what arrived in between; the entry's
+    `commit_to_group` mirrors its offsets. `--start <time>`: the first record at or after that time."""
     from tests.job_helpers import orders_columns, run_here
 
     ensure_topic(bootstrap, topic_name, 2)
@@ -448,7 +453,7 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     send(300, 31, now_ms - 2 * hour)  # what the topic held before the entry existed
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"jobs:\n  {topic_name}:\n    topic: {topic_name}\n    table: {topic_name}_latest\n"
-                    f"    start: latest\n" + orders_columns(4))
+                    f"    start: latest\n    commit_to_group: {topic_name}-lag\n" + orders_columns(4))
     kafka = {"bootstrap.servers": bootstrap}
 
     def launch(job: str, table: str, start: str | None = None) -> tuple[int, str]:
@@ -469,6 +474,13 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     assert query(db, f'SELECT count(*) FROM "{topic_name}_latest"') == [(200,)]
     assert dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
                       j=topic_name)) == {0: 250, 1: 250}
+    # the entry's commit_to_group: lag tools see the job in its consumer group
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    group = f"{topic_name}-lag"
+    found = AdminClient(kafka).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert {tp.partition: tp.offset for tp in found.topic_partitions} == {0: 250, 1: 250}
 
     between = (datetime.fromtimestamp((now_ms - 1.5 * hour) / 1000, timezone.utc)).isoformat()
     code, out = launch(f"{topic_name}-t", f"{topic_name}_since", start=between)
@@ -476,3 +488,44 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_since"')} == arrived
     assert query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
                      "AND b.committed_at IS NULL", j=f"{topic_name}-t") == [(0,)]
+
+
+def test_a_stream_given_a_stale_or_another_jobs_checkpoint_sets_it_aside_and_resumes_from_offsets_db(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path, capsys):
+    """A checkpoint behind offsets_db (a copy from an earlier moment, another Airflow worker's disk) or of another
+    job: the stream renames it beside itself, says so, and reads from where offsets_db says, exactly once."""
+    import shutil
+
+    from tests.job_helpers import run_here
+
+    valid, bad = demo_topic(bootstrap, topic_name, 600, 0.05)
+    kafka, url = {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url
+    job, table = f"{topic_name}-ck", f"{topic_name}_ck"
+
+    def launch(name: str, checkpoint, into: str = table) -> tuple[int, str]:
+        return run_here(str(REPO_ROOT / "dags" / "streamfill_jobs.yaml"), lambda: stream.run(
+            stream.StreamArgs(name, topic_name, into, checkpoint, "available-now", 250, pipeline="orders"),
+            spark, kafka, url, threading.Event()))
+
+    assert launch(job, tmp_path / "ck")[0] == 0
+    shutil.copytree(tmp_path / "ck", tmp_path / "stale")
+    more, more_bad = demo_topic(bootstrap, topic_name, 400, 0.05, seed=12)
+    assert launch(job, tmp_path / "ck")[0] == 0
+    last, last_bad = demo_topic(bootstrap, topic_name, 300, 0.05, seed=13)
+    code, out = launch(job, tmp_path / "stale")  # a checkpoint 400 offsets behind offsets_db
+    assert code == 0, out
+    aside = list(tmp_path.glob("stale.set-aside-*"))
+    assert len(aside) == 1 and (aside[0] / "offsets").is_dir(), "kept beside, as it was"
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"stream {job}: its checkpoint disagreed with offsets_db; set aside as" in said, said
+    ids, dead, offsets = landed(db, table, job)
+    assert len(ids) == len(set(ids)) and set(ids) == valid | more | last, "every record once"
+    assert offsets == all_offsets(bootstrap, topic_name, 3)
+
+    # the same stale copy under a job that has no position: another job's checkpoint, set aside too
+    shutil.copytree(tmp_path / "ck", tmp_path / "foreign")
+    other = f"{topic_name}-other"
+    code, out = launch(other, tmp_path / "foreign", f"{table}_other")
+    assert code == 0, out
+    assert len(list(tmp_path.glob("foreign.set-aside-*"))) == 1
+    assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}_other"')} == valid | more | last

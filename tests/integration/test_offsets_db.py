@@ -389,3 +389,35 @@ def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_u
         lease.release()
     OffsetStore(fresh_db).check_grants()  # at the code's revision now
     engine.dispose()
+
+
+def test_a_quiet_topics_stream_reads_healthy_past_its_threshold_and_unhealthy_once_records_wait(
+        fresh_db, bootstrap, topic_name):
+    """A stream whose newest commit is an hour old, at the log end of every partition: healthy at every check;
+    one record produced and not read: unhealthy, naming the age."""
+    from datetime import datetime, timedelta, timezone
+
+    from orchestration.tasks import health
+    from tests.kafka_helpers import create_topic, produce
+
+    upgrade(fresh_db)
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [{"value": b"x", "partition": i % 2} for i in range(10)])
+    store, job = OffsetStore(fresh_db), f"{topic_name}-quiet"
+    store.ensure_job(job, "stream")
+    batch = store.record_planned(job, [PlannedRange(topic_name, p, 0, 5) for p in range(2)])
+    store.commit(job, batch, rows_written=10)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE streamfill.batches SET committed_at = now() - interval '1 hour'"))
+    kafka = {"bootstrap.servers": bootstrap}
+    for minutes in (20, 40, 60):  # health checks past the 15-minute threshold
+        now = datetime.now(timezone.utc) + timedelta(minutes=minutes)
+        checked = health(fresh_db, job, timedelta(minutes=15), 1000, kafka, now=now)
+        assert checked.caught_up and checked.problems == [], checked
+    produce(bootstrap, topic_name, [{"value": b"y", "partition": 0}])
+    waiting = health(fresh_db, job, timedelta(minutes=15), 1000, kafka)
+    assert not waiting.caught_up and len(waiting.problems) == 1, waiting
+    assert "and has records left to read" in waiting.problems[0]
+    store.engine.dispose()
+    engine.dispose()

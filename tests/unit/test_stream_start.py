@@ -46,3 +46,18 @@ def test_the_flag_wins_over_the_entry_and_the_entry_over_earliest(tmp_path, monk
         "startingTimestamp", "1767225600000")
     with pytest.raises(OptionError, match="--start 'soon' is not a start"):
         StreamArgs.from_flags(job="old", start="soon")
+
+
+def test_the_checkpoint_lives_under_the_entrys_checkpoint_dir_and_a_url_stays_a_url(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from spark_jobs.stream import StreamArgs
+
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  shared:\n    topic: t\n    table: t\n    checkpoint_dir: s3a://etl/checkpoints/\n"
+                    "    columns: {a: {type: int}}\n  local:\n    topic: t\n    table: t\n"
+                    f"    checkpoint_dir: {tmp_path}/ck\n    columns: {{a: {{type: int}}}}\n")
+    monkeypatch.setenv("STREAMFILL_JOBS_FILE", str(jobs))
+    assert StreamArgs.from_flags(job="shared").checkpoint == "s3a://etl/checkpoints/shared"
+    assert StreamArgs.from_flags(job="local").checkpoint == Path(f"{tmp_path}/ck/local")
+    assert StreamArgs.from_flags(job="shared", checkpoint="/var/ck").checkpoint == Path("/var/ck")
