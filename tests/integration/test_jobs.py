@@ -433,6 +433,20 @@ def test_the_stream_and_a_backfill_on_a_standalone_cluster_without_streamfill_gi
         assert query(db, f'SELECT {cols} FROM "{table}" EXCEPT SELECT {cols} FROM "{local}"') == []
 
 
+def group_offsets(kafka: dict, group: str, timeout_s: float = 180) -> dict[int, int]:
+    """The group's committed offsets per partition, asked until the broker's group coordinator answers."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin, deadline = AdminClient(kafka), time.monotonic() + timeout_s
+    while True:
+        try:
+            found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+            return {tp.partition: tp.offset for tp in found.topic_partitions}
+        except (KafkaException, TimeoutError):
+            assert time.monotonic() < deadline, f"the broker's group coordinator did not answer for group {group}"
+
+
 def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its_first_batch(
         spark, stack_settings, bootstrap, db, topic_name, tmp_path):
     """`start: latest`: the first launch reads nothing of what the topic held, and its start is offsets_db's
@@ -468,6 +482,8 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
                       j=topic_name)) == {0: 150, 1: 150}, "the start is offsets_db's before any batch"
 
     arrived = send(200, 32, now_ms - hour)  # between the two launches
+    group = f"{topic_name}-lag"
+    group_offsets(kafka, group)  # a fresh broker makes its group coordinator on first use: ready before the commit
     code, out = launch(topic_name, f"{topic_name}_latest")
     assert code == 0, out
     assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_latest"')} == arrived
@@ -475,12 +491,7 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     assert dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j",
                       j=topic_name)) == {0: 250, 1: 250}
     # the entry's commit_to_group: lag tools see the job in its consumer group
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
-
-    group = f"{topic_name}-lag"
-    found = AdminClient(kafka).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
-    assert {tp.partition: tp.offset for tp in found.topic_partitions} == {0: 250, 1: 250}
+    assert group_offsets(kafka, group) == {0: 250, 1: 250}
 
     between = (datetime.fromtimestamp((now_ms - 1.5 * hour) / 1000, timezone.utc)).isoformat()
     code, out = launch(f"{topic_name}-t", f"{topic_name}_since", start=between)
