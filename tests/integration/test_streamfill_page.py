@@ -5,6 +5,7 @@ its dead letters by reason, and the batch that read a known offset. One stream r
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -158,12 +159,16 @@ def test_the_overview_shows_the_lag_now_and_says_when_it_lists_part_of_the_jobs(
     # more jobs than the page lists: it says how many it shows and links to all of them
     total = query(db, "SELECT count(*) FROM jobs")[0][0]
     assert total >= 2
+    # (the other test worker's jobs may add to the count between two requests: each answer is checked by itself)
     part = json.loads(get(base + "/api/jobs?limit=1", token)[1])
-    assert (part["shown"], part["total"], len(part["jobs"])) == (1, total, 1)
+    assert (part["shown"], len(part["jobs"])) == (1, 1) and part["total"] >= total
     assert part["jobs"][0]["name"] == "orders"  # the jobs file's entries first
     status, html = get(base + "/?limit=1", token)
-    assert status == 200 and f"Showing 1 of {total:,} jobs" in html and f'?limit={total}"' in html
-    assert "Showing" not in get(base + f"/?limit={total}", token)[1]
+    shown = re.search(r"Showing 1 of ([0-9,]+) jobs", html)
+    assert status == 200 and shown, html[-2000:]
+    listed = int(shown.group(1).replace(",", ""))
+    assert listed >= total and f'?limit={listed}"' in html
+    assert "Showing" not in get(base + "/?limit=100000", token)[1]
     # the lag came from the stack's SASL_SSL listener with the connection's credentials, which no page shows
     password = stack_settings.kafka_password_file.read_text().strip()
     job_page = get(base + "/jobs/orders", token)
