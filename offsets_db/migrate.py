@@ -17,13 +17,18 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def head() -> str:
-    """The newest revision the migrations bring."""
+def scripts():
+    """The migrations as Alembic reads them (no database needed)."""
     from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    return ScriptDirectory.from_config(cfg).get_current_head()
+    return ScriptDirectory.from_config(cfg)
+
+
+def head() -> str:
+    """The newest revision the migrations bring."""
+    return scripts().get_current_head()
 
 
 def upgrade(url: str, revision: str = "head") -> None:

@@ -15,14 +15,9 @@ UPGRADE = "stop the streams, then run `streamfill db upgrade` (docs/upgrading.md
 @lru_cache(maxsize=1)
 def revisions() -> tuple[str, ...]:
     """The revisions the migrations bring, oldest first; the last is the one this code needs."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
+    from offsets_db.migrate import scripts
 
-    from offsets_db.migrate import MIGRATIONS
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return tuple(reversed([r.revision for r in ScriptDirectory.from_config(config).walk_revisions()]))
+    return tuple(reversed([r.revision for r in scripts().walk_revisions()]))
 
 
 def stored(cur, schema_name: str | None = None) -> str | None:

@@ -25,8 +25,8 @@ _CONSUMER_ONLY = {"isolation.level", "fetch.min.bytes", "fetch.max.bytes", "fetc
                   "client.rack"}
 
 
+DEFAULT_TIMEOUT_S = 30.0
 _FIRST_RETRY_PAUSE_S = 0.1
-
 
 # A partition just created, or whose leader moves, answers these for a moment.
 _LEADERSHIP_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
@@ -37,9 +37,6 @@ def retriable(exc: BaseException) -> bool:
     """An error a repeated request can overcome: Kafka says so, or the partition's leadership is moving."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADERSHIP_MOVING)
-
-
-DEFAULT_TIMEOUT_S = 30.0
 
 
 def _request_timeout_s(kafka: Mapping[str, str]) -> float:
