@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 from app.stack.airflow import reserialize
 from orchestration import dag_ids
@@ -21,3 +22,16 @@ def replay_form_offers(api: AirflowApi, settings, job: str, timeout: float = 180
             return
         assert time.monotonic() < deadline, f"the replay form offers {offered}, never {job!r}"
         time.sleep(3)
+
+
+@contextmanager
+def left_to_dags_test(settings, dag_id: str):
+    """Pause an unpaused DAG while `airflow dags test` runs it here. Unpaused, the stack's scheduler also
+    queues the test run's tasks for its own workers, whose failure to start a task already running marks the
+    running task failed under it."""
+    api = AirflowApi(settings)
+    api.set_paused(dag_id, True)
+    try:
+        yield
+    finally:
+        api.set_paused(dag_id, False)

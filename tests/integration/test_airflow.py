@@ -23,7 +23,7 @@ from orchestration import dag_ids
 from orchestration.airflow_api import AirflowApi, AirflowError
 from spark_jobs.demo import events
 from spark_jobs.demo.produce import ensure_topic
-from tests.airflow_helpers import replay_form_offers
+from tests.airflow_helpers import left_to_dags_test, replay_form_offers
 from tests.kafka_helpers import consume_all, end_offsets
 from tests.job_helpers import orders_columns
 from tests.kafka_helpers import produce as produce_records
@@ -186,7 +186,10 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
     table = f"{topic_name}_replayed"
     conf = json.dumps({"job": topic_name, "from": '{"0": 100}', "to": "latest", "mode": "append-new",
                        "table": table, "chunk_size": 400})
-    done = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c", conf, jobs=jobs_file)
+    with left_to_dags_test(stack_settings, dag_ids.REPLAY):
+        done = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c", conf, jobs=jobs_file)
+        bad = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c",
+                      json.dumps({"job": topic_name, "from": '{"0": 300}', "to": '{"0": 200}'}), jobs=jobs_file)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     consumed = {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic_name, 2)
                 if m.partition() == 1 or m.offset() >= 100}
@@ -198,8 +201,6 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
                      "WHERE j.name LIKE :j", j=f"{topic_name}.replay.%") == [(True,)]
 
     # a from after to is refused by the validation task, before Spark
-    bad = airflow(stack_settings, "dags", "test", dag_ids.REPLAY, "-c",
-                  json.dumps({"job": topic_name, "from": '{"0": 300}', "to": '{"0": 200}'}), jobs=jobs_file)
     assert bad.returncode != 0 and "start offset 300 > end offset 200" in bad.stdout + bad.stderr, \
         (bad.stdout + bad.stderr)[-8000:]
     assert query(db, "SELECT count(*) FROM jobs WHERE name LIKE :j", j=f"{topic_name}.replay.%") == [(1,)]

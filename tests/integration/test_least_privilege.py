@@ -26,10 +26,10 @@ from app.stack.postgres import admin_url
 from offsets_db import dashboard
 from offsets_db.engine import make_engine
 from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi
 from orchestration.connections import postgres_connection
 from spark_jobs import backfill, quality, stream
 from spark_jobs.pipelines import jobs_file
+from tests.airflow_helpers import left_to_dags_test
 from tests.integration.test_jobs import demo_topic
 from tests.job_helpers import orders_columns, run_here
 from tests.shared_run import AIRFLOW_GROUP
@@ -119,15 +119,10 @@ def test_jobs_run_as_the_job_role_the_page_reads_as_the_reader_and_a_missing_gra
                        "table": replayed, "chunk_size": 400})
     env = {**airflow_env(stack_settings), "STREAMFILL_JOBS_FILE": str(entries),
            "AIRFLOW_CONN_STREAMFILL_POSTGRES": json.dumps(postgres_connection(job_url))}
-    # `dags test` runs the tasks here; paused, the stack's scheduler leaves the run to it instead of queueing its
-    # tasks for its own workers (whose connection is the stack's owner role)
-    api = AirflowApi(stack_settings)
-    api.set_paused(dag_ids.REPLAY, True)
-    try:
+    # `dags test` runs the tasks here, with the job role's connection (the stack's workers have the owner's)
+    with left_to_dags_test(stack_settings, dag_ids.REPLAY):
         done = subprocess.run([airflow_bin(), "dags", "test", dag_ids.REPLAY, "-c", conf], env=env,
                               capture_output=True, text=True, timeout=600)
-    finally:
-        api.set_paused(dag_ids.REPLAY, False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     with roles.admin.connect() as conn:
         assert conn.execute(text("SELECT q.success FROM streamfill.quality_results q JOIN streamfill.jobs j "
