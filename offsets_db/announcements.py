@@ -161,6 +161,8 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     found = commits(engine, job, after)
     if not found:
         return None
+    if last is None:  # a first announcement starts at the oldest commit a prune left (offsets_db/retention.py)
+        after = found[0].number - 1
     seq, token = (last.seq if last is not None else 0) + 1, uuid.uuid4()
     # the token travels as `uuid`: Airflow's API masks extra keys named like secrets (`token`), so a lookup by it
     # would never match

@@ -84,6 +84,18 @@ def launch_alive(cur, job: str, generation: int) -> bool:
     return bool(cur.fetchone()[0])
 
 
+def live_hold(cur, job: str) -> tuple[int, datetime] | None:
+    """On a DB-API cursor (the sweep of staging tables): the generation and acquisition time of the launch of
+    `job` alive now, None when no launch holds it."""
+    cur.execute(schema.sql("""
+        SELECT l.generation, l.acquired_at FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
+        WHERE j.name = %s AND EXISTS (
+            SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
+              AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """)"""), (job, LOCK_SPACE))
+    row = cur.fetchone()
+    return None if row is None else (int(row[0]), row[1])
+
+
 def streams_holding(conn: Connection) -> list[str]:
     """Each stream launch that holds its job now, described (job, run, host, pid, since): an upgrade of offsets_db
     under them is refused unless asked for. Empty before offsets_db has leases (an install older than them)."""

@@ -215,3 +215,15 @@ class Announcement(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     airflow_event_id: Mapped[int | None] = mapped_column(BigInteger)
     delivered_at: Mapped[datetime | None]
+
+
+class RetentionHorizon(Base):
+    """Per job, the commit time before which `streamfill db prune` may have removed its dead letters and its
+    batches: reconciliations of the whole table start there (offsets_db/reconcile.py)."""
+
+    __tablename__ = "retention_horizons"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    dead_letters_before: Mapped[datetime | None]
+    history_before: Mapped[datetime | None]
+    pruned_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from psycopg2 import sql
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, or_, select
 from sqlalchemy.orm import Session
 
 from offsets_db import schema
-from offsets_db.models import Batch, BatchOffset, Job, QualityResult, Run
+from offsets_db.models import Batch, BatchOffset, Job, QualityResult, RetentionHorizon, Run
 from streamfill.names import parse_table
 
 Range = tuple[str, int, int, int]  # topic, partition, [start, end)
@@ -29,12 +29,16 @@ def merge(ranges: Iterable[Range]) -> list[Range]:
 
 
 def consumed(engine: Engine, job: str) -> tuple[int | None, list[Range]]:
-    """The job's id (None when unknown) and what it consumed: its committed batches' ranges, merged."""
+    """The job's id (None when unknown) and what it consumed: its committed batches' ranges, merged. After a
+    prune removed dead letters, only the batches committed since its horizon, whose dead letters are all kept."""
     with Session(engine) as s:
+        horizon = (select(RetentionHorizon.dead_letters_before).where(RetentionHorizon.job_id == Job.id)
+                   .scalar_subquery())
         rows = s.execute(select(BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset,
                                 BatchOffset.end_offset)
                          .join(Batch, Batch.id == BatchOffset.batch_id).join(Job, Job.id == Batch.job_id)
-                         .where(Job.name == job, Batch.committed_at.is_not(None))).all()
+                         .where(Job.name == job, Batch.committed_at.is_not(None),
+                                or_(horizon.is_(None), Batch.committed_at >= horizon))).all()
         return s.scalar(select(Job.id).where(Job.name == job)), merge(tuple(r) for r in rows)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 REPLAY = "streamfill_replay"  # one form for every entry with one topic
+MAINTENANCE = "streamfill_maintenance"  # prunes offsets_db's history at its ages, for every entry
 
 
 def stream(job: str) -> str:

@@ -18,9 +18,10 @@ Per job J:
   watcher, which announces the commits of every job writing the table as asset events keyed `commits:<job>:<n>`
   (orchestration/announce.py). Pausing every DAG scheduled on the table stops the announcements; commits made
   meanwhile are announced when one is unpaused.
-And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality.
+And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality;
+streamfill_maintenance: daily, `streamfill db prune --apply` (history older than the STREAMFILL_RETAIN_* ages).
 
-Scheduled DAGs start paused: unpause those you want running (a backfill's runs of a paused DAG stay queued).
+Scheduled DAGs start paused but the maintenance DAG: unpause those you want running (a backfill's runs of a paused DAG stay queued).
 Nothing here names a host or a credential: they come from the Airflow connections streamfill_postgres and
 streamfill_kafka and the variables streamfill_spark_master
 and streamfill_jobs_file.
@@ -37,6 +38,7 @@ from orchestration import assets, dag_ids
 from orchestration.jobs_file import pin
 from spark_jobs.backfill_plan import DEFAULT_CHUNK
 from spark_jobs.pipelines import PipelineSpec, load
+from streamfill.names import window_job
 
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
 TAGS = ["streamfill"]
@@ -80,7 +82,7 @@ def backfill_window(job: str) -> str:
 
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
-    name = tasks.window_job(spec.name, start)
+    name = window_job(spec.name, start)
     tasks.spark_submit("backfill.py", argv(BackfillArgs, job=name, pipeline=spec.name, topic=spec.topic,
                                            from_=tasks.iso(start), to=tasks.iso(end), table=spec.interval_target,
                                            mode=REPLACE, wait_for_job=tasks.RETRY_WAIT), tasks.endpoints())
@@ -182,7 +184,7 @@ def build() -> dict[str, DAG]:
     one_topic = [name for name, spec in JOBS.items() if spec.topic is not None]
     tables = assets.of_entries(JOBS.values(), assets.database_url())
     dags = [_entry_dags(spec, tables[spec.name]) for spec in JOBS.values()]
-    return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic)]}
+    return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic), _maintenance()]}
 
 
 def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
@@ -226,6 +228,27 @@ def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
                 fresh_minutes=spec.health.max_commit_age_minutes)
     out.append(dag)
     return out
+
+
+@task
+def prune_history() -> None:
+    from orchestration import tasks
+    from spark_jobs.maintenance import prune
+    from streamfill.settings import get_settings
+
+    apply = bool(get_current_context()["params"]["apply"])
+    pruned = prune(tasks.endpoints().db_url, get_settings().retention(), apply=apply,
+                   progress=lambda line: print(line, flush=True))
+    print("\n".join(pruned.lines()), flush=True)
+
+
+def _maintenance() -> DAG:
+    with DAG(dag_id=dag_ids.MAINTENANCE, schedule=CronDataIntervalTimetable("17 3 * * *", timezone="UTC"),
+             catchup=False, max_active_runs=1, tags=TAGS, doc_md=__doc__, is_paused_upon_creation=False,
+             params={"apply": Param(True, type="boolean",
+                                    description="off: a dry run that only logs what would be removed")}) as dag:
+        prune_history()
+    return dag
 
 
 def _replay(one_topic: list[str]) -> DAG:

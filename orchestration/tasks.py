@@ -180,11 +180,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def window_job(job: str, start: datetime) -> str:
-    """One backfill job per window, so a window's chunks resume and its re-runs are recognised."""
-    return f"{job}.interval.{start.astimezone(timezone.utc):%Y%m%dT%H%M}"
-
-
 def lineage_parent(context=None):
     """The OpenLineage run of the Airflow task running now (spark_jobs.lineage_events.Parent), with the ids
     Airflow's OpenLineage provider gives the task and its DAG run, so the job's events join the provider's in one

@@ -4,6 +4,7 @@ alphabet is small) and table names (`table` or `schema.table`, quoted wherever t
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 from streamfill.errors import OptionError
 
@@ -33,3 +34,17 @@ def parse_table(raw: str | None, option: str = "table") -> tuple[str | None, str
 def default_table(job: str) -> str:
     """A job's table when none is given: its name with `-` and `.` turned into `_`."""
     return re.sub(r"[-.]", "_", job)
+
+
+WINDOW = "interval"  # the middle part of an interval window's job name: `<entry>.interval.<window start>`
+
+
+def window_job(entry: str, start: datetime) -> str:
+    """One backfill job per window of an entry, so a window's chunks resume and its re-runs are recognised."""
+    return f"{entry}.{WINDOW}.{start.astimezone(timezone.utc):%Y%m%dT%H%M}"
+
+
+def window_jobs_like() -> str:
+    """A LIKE pattern of the job names `window_job` makes, its stamp included (a job named by hand may also hold
+    `.interval.`)."""
+    return f"%.{WINDOW}.________T____"

@@ -14,6 +14,8 @@ from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
 from streamfill.names import PLAIN_NAME
 from streamfill.kafka_client import CLIENT_FIELDS, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from streamfill.retention import DEFAULT as DEFAULT_RETENTION
+from streamfill.retention import Retention, parse_age, written
 
 AIRFLOW_USER = "admin"
 KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener
@@ -63,6 +65,33 @@ class Settings(BaseSettings):
     schema_registry_password: SecretStr | None = None
     spark_master: str = Field("local[*]", description="any Spark master URL")
     start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer")
+    retain_history: str = Field(written(DEFAULT_RETENTION.history), description="committed batches, their offsets, "
+                                "runs and data-loss events older than this are pruned (or `forever`)")
+    retain_windows: str = Field(written(DEFAULT_RETENTION.windows), description="an interval window's job is pruned "
+                                "whole this long after its last commit")
+    retain_dead_letters: str = Field(written(DEFAULT_RETENTION.dead_letters),
+                                     description="dead letters (with their raw bytes) older than this are pruned")
+    retain_quality_results: str = Field(written(DEFAULT_RETENTION.quality_results),
+                                        description="quality results older than this are pruned")
+    retain_announcements: str = Field(written(DEFAULT_RETENTION.announcements),
+                                      description="delivered announcements of commits older than this are pruned")
+    retain_stages: str = Field(written(DEFAULT_RETENTION.stages), description="a staging table no running launch "
+                               "uses is dropped this long after its launch made it")
+
+    @field_validator("retain_history", "retain_windows", "retain_dead_letters", "retain_quality_results",
+                     "retain_announcements", "retain_stages")
+    @classmethod
+    def _an_age(cls, value: str, info) -> str:
+        try:
+            parse_age(value)
+        except ValueError as exc:
+            raise ValueError(f"STREAMFILL_{info.field_name.upper()}={value!r} {str(exc).split(' ', 1)[1]}") \
+                from None
+        return value
+
+    def retention(self) -> Retention:
+        """The ages `streamfill db prune` and the maintenance DAG remove history at."""
+        return Retention(**{kind: parse_age(getattr(self, f"retain_{kind}")) for kind in Retention.kinds()})
 
     @field_validator("kafka_security_protocol", "kafka_sasl_mechanism")
     @classmethod

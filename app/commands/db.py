@@ -1,4 +1,5 @@
-"""`streamfill db upgrade`: offsets_db's migrations; `streamfill db grants`: the roles a DBA creates for it."""
+"""`streamfill db upgrade`: offsets_db's migrations; `streamfill db grants`: the roles a DBA creates for it;
+`streamfill db prune`: its history kept bounded."""
 
 from __future__ import annotations
 
@@ -43,6 +44,33 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
     except OperationalError as exc:
         raise unreachable(url, exc) from None
     console.print(f"offsets_db at {safe_url(url)} is at revision {revision}")
+
+
+@app.command("prune")
+def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (by default a dry run only says what "
+                                     "would go)"),
+          job: list[str] = typer.Option([], "--job", help="only this job's history (repeat for more); default: "
+                                        "every job's"),
+          ) -> None:
+    """Remove offsets_db's history older than its ages (STREAMFILL_RETAIN_HISTORY, _WINDOWS, _DEAD_LETTERS,
+    _QUALITY_RESULTS, _ANNOUNCEMENTS, _STAGES) and the staging tables no running launch uses. Never what a job
+    needs to resume. A dry run unless --apply (docs/operations.md#retention)."""
+    from sqlalchemy.exc import OperationalError
+
+    from spark_jobs.maintenance import prune as run_prune
+    from spark_jobs.runs import fail, say, unreachable
+    from streamfill.errors import RevisionMismatch, UnknownJob
+
+    settings = get_settings()
+    url = settings.offsets_db_url
+    try:
+        pruned = run_prune(url, settings.retention(), apply=apply, jobs=job or None, progress=say)
+    except OperationalError as exc:
+        raise unreachable(url, exc) from None
+    except (RevisionMismatch, UnknownJob) as exc:
+        raise fail(exc) from None
+    for line in pruned.lines():
+        say(line)
 
 
 def _plain(value: str, what: str = "role") -> str:

@@ -142,6 +142,50 @@ def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
     return dropped
 
 
+STARTING_S = 600.0  # a launch this young may not have refreshed its stage's comment yet
+
+
+def unused_stream_stages(cur, older_than_s: float) -> list[tuple[str, str, dict]]:
+    """(schema, table, its comment) of each stream stage no running launch uses, made more than `older_than_s`
+    ago: its job is held by no live launch, or by one (older than `STARTING_S`) that made another stage (the
+    entry's columns changed, so its stage's name did). A dropped stage of a job that runs again is made again."""
+    from offsets_db.fencing import live_hold
+
+    cur.execute("""
+        SELECT n.nspname::text, c.relname::text, obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind = 'r' AND c.relname LIKE %s ORDER BY 1, 2""",
+                (STAGE_PREFIX.replace("_", r"\_") + "%",))
+    unused = []
+    for schema, name, comment in cur.fetchall():
+        try:
+            about = json.loads(comment or "{}")
+        except ValueError:
+            continue
+        if about.get("streamfill_stage") != STREAM or "job" not in about or \
+                time.time() - float(about.get("created", 0)) < older_than_s:
+            continue
+        hold = live_hold(cur, str(about["job"]))
+        if hold is not None and (hold[0] == int(about.get("generation", -1))
+                                 or time.time() - hold[1].timestamp() < STARTING_S):
+            continue
+        unused.append((schema, name, about))
+    return unused
+
+
+def drop_unused(cur, schema: str, name: str) -> bool:
+    """Drop one unused stage unless someone is using it right now (it is left for the next sweep)."""
+    cur.execute("SAVEPOINT sf_sweep")
+    try:
+        cur.execute("SET LOCAL lock_timeout = '1s'")
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+        cur.execute("RELEASE SAVEPOINT sf_sweep")
+        return True
+    except (psycopg2.errors.LockNotAvailable, psycopg2.errors.InsufficientPrivilege):
+        cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
+        return False
+
+
 def count(cur, stage: Stage, write_ids: Sequence[str], dead_only: bool = False) -> int:
     """Rows staged under these writes (valid rows and dead letters alike, or the dead letters alone)."""
     total = 0

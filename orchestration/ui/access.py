@@ -18,6 +18,7 @@ from sqlalchemy import Engine, select
 from offsets_db.models import Job, Run
 from orchestration import dag_ids
 from spark_jobs.pipelines import PipelineSpec
+from streamfill.names import WINDOW
 
 
 class Reader(Protocol):
@@ -30,9 +31,9 @@ class Reader(Protocol):
         """Whether the user may read the runs of every DAG Airflow has."""
 
 
-# the jobs streamfill names after an entry: `<entry>.<kind>.<window or digest>` (orchestration.tasks.window_job,
+# the jobs streamfill names after an entry: `<entry>.<kind>.<window or digest>` (streamfill.names.window_job,
 # spark_jobs.backfill.backfill_job)
-NAMED_AFTER_ENTRY = ("interval", "replay", "backfill")
+NAMED_AFTER_ENTRY = (WINDOW, "replay", "backfill")
 
 
 def entry_of(name: str, specs: dict[str, PipelineSpec]) -> PipelineSpec | None:

@@ -12,6 +12,7 @@ import os
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import psycopg2
 import psycopg2.errors
@@ -27,6 +28,7 @@ from offsets_db.exactly_once import PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
 from streamfill.partitions import TopicPartition
+from streamfill.retention import Retention
 from streamfill.settings import Settings
 from tests.checker.model import Model
 from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
@@ -35,6 +37,7 @@ from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAN
                                     TRIGGER, UPDATE, Action, Record, Scenario, Write, record)
 
 CHECK = "sf_checker_short_v"
+AT_ONCE = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
 
 
 class Violation(AssertionError):
@@ -84,11 +87,13 @@ class Run:
     def run(self) -> Tally:
         self.probe.start()
         try:
-            for step in self.scenario.steps:
+            for i, step in enumerate(self.scenario.steps):
                 if isinstance(step, Write):
                     self.write(step)
                 else:
                     self.act(step)
+                if i in self.scenario.prunes:
+                    self.prune()
         except Violation:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of streamfill's is a finding, with its scenario
@@ -368,6 +373,17 @@ class Run:
         finally:
             engine.dispose()
 
+    def prune(self) -> None:
+        """`streamfill db prune --apply` of the scenario's jobs, every age a millisecond: what each job resumes
+        from stays, the rest of its history and every dead letter go."""
+        from spark_jobs.maintenance import prune
+
+        names = [self.job(i) for i, w in enumerate(self.scenario.writers) if w.job]
+        known = sorted(n for (n,) in self.query("SELECT name FROM jobs WHERE name = ANY(:n)", n=names))
+        if known:
+            prune(self.url, AT_ONCE, apply=True, jobs=known, progress=lambda _: None)
+        self.model.prune()
+
     def check(self) -> None:
         model = self.model
         if self.probe.refused:
@@ -397,7 +413,7 @@ class Run:
         job, topic, model = self.job(index), self.topic(index), self.model
         dead = self.query('SELECT d.topic, d.partition, d."offset" FROM dead_letters d JOIN jobs j ON j.id = d.job_id '
                           "WHERE j.name = :j", j=job)
-        expected = model.dead.get(index, set())
+        expected = model.dead.get(index, set())  # since the last prune
         if len(dead) != len(set(dead)) or set(dead) != expected:
             self.fail(f"job {job}: {len(dead) - len(set(dead))} dead letters twice, {len(set(dead) - expected)} "
                       f"unexpected (e.g. {sorted(set(dead) - expected)[:3]}), {len(expected - set(dead))} missing "
@@ -411,17 +427,24 @@ class Run:
         first = self.scenario.writers[index].start  # where the stream started: offsets before it are not its
         reach: dict[int, int] = {}
         for partition, start, end in ranges:
-            if start != reach.get(partition, first):
+            before = reach.get(partition, first)
+            # a prune leaves the batches a job resumes from, with gaps between them: they may not overlap
+            if start < before if model.pruned else start != before:
                 self.fail(f"job {job}: partition {partition}'s committed batches leave a gap or overlap at {start}")
             reach[partition] = end
         numbers = [n for (n,) in self.query("SELECT b.commit_no FROM batches b JOIN jobs j ON j.id = b.job_id "
                                             "WHERE j.name = :j AND b.committed_at IS NOT NULL ORDER BY 1", j=job)]
-        if numbers != list(range(1, len(numbers) + 1)):
-            self.fail(f"job {job}: commit numbers (announcements) {numbers} have a gap or a repeat")
+        newest = max([n for (n,) in self.query("SELECT commits FROM jobs WHERE name = :j", j=job)], default=0)
+        # a prune leaves the newest commit and the ones snapshots name: numbers once each, the newest among them
+        if (numbers != sorted(set(numbers)) or numbers[-1:] != ([newest] if newest else [])) if model.pruned \
+                else numbers != list(range(1, newest + 1)):
+            self.fail(f"job {job}: commit numbers (announcements) {numbers} have a gap or a repeat (the newest "
+                      f"is {newest})")
         if model.table.mode != REPLACE:  # every offset once: a row, a dead letter, or a row the user deleted
             rows = self.query(f'SELECT partition, count(*) FROM "{self.table}" WHERE topic = :t GROUP BY 1', t=topic)
             per = dict(rows)
-            for t, p, _ in model.dead.get(index, set()) | {d for d in model.deleted if d[0] == topic}:
+            for t, p, _ in model.dead.get(index, set()) | model.pruned_dead.get(index, set()) | {
+                    d for d in model.deleted if d[0] == topic}:
                 per[p] = per.get(p, 0) + 1
             if per != {p: n - first for p, n in stands.items() if n - first}:
                 self.fail(f"job {job}: rows + dead letters + deleted per partition {per} != committed {stands} "

@@ -41,6 +41,15 @@ class Model:
     dead: dict[int, set[Coordinates]] = field(default_factory=dict)  # per writer
     committed: dict[int, dict[int, int]] = field(default_factory=dict)  # per job writer: partition -> next offset
     deleted: set[Coordinates] = field(default_factory=set)  # rows the user deleted (append-new: by offset)
+    pruned_dead: dict[int, set[Coordinates]] = field(default_factory=dict)  # dead letters a prune removed
+    pruned: bool = False  # offsets_db's history was pruned: each job's committed batches are a recent run of them
+
+    def prune(self) -> None:
+        """Every dead letter committed so far is older than the prune's age: it goes."""
+        for index, dead in self.dead.items():
+            self.pruned_dead.setdefault(index, set()).update(dead)
+        self.dead = {}
+        self.pruned = True
 
     def _key(self, row: dict) -> tuple:
         if self.table.keyed:

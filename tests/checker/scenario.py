@@ -13,7 +13,8 @@ The space (docs/guarantees.md, "Guarantees at every intersection"):
   added by hand, a long REPEATABLE READ reader; a dashboard probes the table throughout;
 - faults: PostgreSQL crashed between two tasks' COPYs or after a commit, or down when the driver commits (an
   outage), a task's Python worker lost after it staged (its retry staged again), the driver killed before its
-  commit or after it (the batch replayed).
+  commit or after it (the batch replayed);
+- maintenance: offsets_db's history pruned (`streamfill db prune` at ages of a millisecond) after some steps.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ JOBLESS_FAULTS = (CRASH_BETWEEN_TASKS, LOST_WORKER, DOWN_AT_COMMIT)
 DELETE, UPDATE, CHECK_ON, CHECK_OFF, TRIGGER, COLUMN_BY_HAND, READER = (
     "delete", "update", "check on", "check off", "trigger", "column by hand", "reader")
 ACTIONS = (DELETE, UPDATE, CHECK_ON, CHECK_OFF, TRIGGER, COLUMN_BY_HAND, READER)
+
+PRUNE = "offsets_db pruned, every age a millisecond"
 
 PARTITIONS = 2
 LONG = "L" * 12  # a value the user's CHECK (length(v) < 10) refuses
@@ -93,6 +96,8 @@ class Scenario:
     table: Table
     writers: tuple[Writer, ...]
     steps: tuple[Write | Action, ...]
+    # the steps after which offsets_db's history is pruned; out of repr, so fingerprints stay as they were
+    prunes: tuple[int, ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: table {self.table.mode}{' keyed by k' if self.table.keyed else ''}"]
@@ -101,13 +106,15 @@ class Scenario:
                   + (f", commitToGroup over {w.mirror}" if w.mirror else "")
                   + (f", starts at offset {w.start}" if w.start else "")
                   for i, w in enumerate(self.writers)]
-        for step in self.steps:
+        for i, step in enumerate(self.steps):
             if isinstance(step, Write):
                 size = sum(e - s for _, s, e in step.ranges)
                 lines.append(f"  writer {step.writer} batch {step.number}: {size} records"
                              + (f", {step.fault}" if step.fault else ""))
             else:
                 lines.append(f"  user: {step.kind} ({step.arg})")
+            if i in self.prunes:
+                lines.append(f"  {PRUNE}")
         return "\n".join(lines)
 
 
@@ -167,7 +174,9 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
         fault = rng.choice(faults) if rng.random() < 0.35 else None
         drawn.append(Write(w, numbers[w], tuple(sorted(ranges)), fault))
         numbers[w] += 1
-    return Scenario(seed, table, tuple(writers), tuple(drawn))
+    pruning = random.Random(f"{seed}/prune")  # drawn apart: the rest of the scenario draws as it did
+    prunes = tuple(i for i in range(len(drawn)) if pruning.random() < 0.15)
+    return Scenario(seed, table, tuple(writers), tuple(drawn), prunes)
 
 
 def fingerprint(scenario: Scenario) -> str:

@@ -106,8 +106,8 @@ def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings)
     assert out["errors"] == {} and out["tags"] == ["streamfill"]
     assert out["tasks"][dag_ids.REPLAY] == 3 and out["tasks"][dag_ids.interval("orders")] == 3
     assert out["dags"] == ["streamfill_announce__orders", "streamfill_demo_revenue", "streamfill_interval__orders",
-                           "streamfill_quality__orders", "streamfill_replay", "streamfill_stream__orders",
-                           "streamfill_stream_health__orders"]
+                           "streamfill_maintenance", "streamfill_quality__orders", "streamfill_replay",
+                           "streamfill_stream__orders", "streamfill_stream_health__orders"]
     assert out["rejected"] == {k: "ParamValidationError" for k in ("mode", "job", "from", "table", "chunk")}
 
 

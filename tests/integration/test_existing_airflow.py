@@ -160,7 +160,8 @@ def replayed(their_airflow, bootstrap):
     api = their.api("admin")
     alice = their.teams["alice"]
     t = time.monotonic()
-    want = {d for name in their.teams.values() for d in dag_ids.of_entry(name, True)} | {dag_ids.REPLAY}
+    want = {d for name in their.teams.values() for d in dag_ids.of_entry(name, True)} | {dag_ids.REPLAY,
+                                                                                        dag_ids.MAINTENANCE}
     dags = wait_for_dags(api, want)
     assert set(dags) == want, (sorted(dags), their.airflow.tail())
     t = timed(their.timings, "DAGs parsed", t)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,9 +33,10 @@ from tests.kafka_helpers import create_topic, end_offsets, produce
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 
-def assert_exactly_once(url: str, job: str, table: str, consumed: dict[int, int]) -> None:
+def assert_exactly_once(url: str, job: str, table: str, consumed: dict[int, int], history_pruned: bool = False) -> None:
     """Per partition: rows in the table + the job's dead letters = offsets its committed batches consumed =
-    `consumed` (what the test produced), and no (partition, offset) twice."""
+    `consumed` (what the test produced), and no (partition, offset) twice. With the job's history pruned (no
+    dead letters in its records), where the job stands (latest_offsets) stands for its committed batches."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
@@ -45,6 +47,7 @@ def assert_exactly_once(url: str, job: str, table: str, consumed: dict[int, int]
                 "SELECT d.partition, count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
                 "WHERE j.name = :j GROUP BY d.partition"), {"j": job}).all())
             planned = dict(conn.execute(text(
+                "SELECT partition, next_offset FROM latest_offsets WHERE job = :j" if history_pruned else
                 "SELECT bo.partition, sum(bo.end_offset - bo.start_offset) FROM batch_offsets bo "
                 "JOIN batches b ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id "
                 "WHERE j.name = :j AND b.committed_at IS NOT NULL GROUP BY bo.partition"), {"j": job}).all())
@@ -86,28 +89,71 @@ def per_partition(count: int, partitions: int = 4) -> dict[int, int]:
 
 # one launch per job
 
-def test_two_streams_of_one_job_with_different_checkpoints_one_runs_the_other_is_refused(
+def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_way_and_a_kill_lose_nothing(
         stack_settings, bootstrap, topic_name, tmp_path):
+    """While the first launch waits between staging a batch and committing it, a second launch is refused, and a
+    prune at ages of a millisecond (a dry run first) removes the job's older batches but not what it resumes from
+    nor the batch in flight. The first launch is then killed; the next one, pruned all along, ends exactly once."""
+    from spark_jobs.maintenance import prune
+    from streamfill.retention import Retention
+
     create_topic(bootstrap, topic_name, 4)
     produce(bootstrap, topic_name, _records(0, 2000))
-    job, table = f"{topic_name}-two", f"{topic_name}_two"
+    job, table, url = f"{topic_name}-two", f"{topic_name}_two", stack_settings.offsets_db_url
+    at_once = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
     fp = tmp_path / "fp"
-    first = start_driver(topic_name, job, table, tmp_path / "ck-a", pause_at(fp, "sink.staged", 2))
+    first = start_driver(topic_name, job, table, tmp_path / "ck-a", pause_at(fp, "sink.staged", 4))
     try:
-        wait_for(fp / "reached", first, "the first launch's second commit")
+        wait_for(fp / "reached", first, "the first launch's fourth commit")
         second = subprocess.run([sys.executable, str(DRIVER), topic_name, job, table, str(tmp_path / "ck-b"), "200"],
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                                 timeout=300)
         assert second.returncode != 0, "a second launch of a held job must not run"
         assert f"job '{job}' is held by another launch" in second.stderr, second.stderr[-3000:]
         assert f"on host {socket.gethostname()}, pid" in second.stderr
-        (fp / "go").touch()
-        out, err = first.communicate(timeout=300)
-        assert first.returncode == 0, err[-3000:]
+
+        batches = _batches(url, job)
+        assert [committed for _, committed in batches] == [True, True, True, False]
+        prune(url, at_once, apply=False, jobs=[job], progress=lambda _: None)
+        assert _batches(url, job) == batches, "a dry run removes nothing"
+        prune(url, at_once, apply=True, jobs=[job], progress=lambda _: None)
+        assert _batches(url, job) == batches[2:], "the newest commit and the batch in flight stay"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert_exactly_once(stack_settings.offsets_db_url, job, table, per_partition(2000))
+
+    stop, failures = threading.Event(), []
+
+    def keep_pruning() -> None:
+        while not stop.wait(0.3):
+            try:
+                prune(url, at_once, apply=True, jobs=[job], progress=lambda _: None)
+            except Exception as exc:  # noqa: BLE001 - reported by the test below
+                failures.append(exc)
+
+    pruner = threading.Thread(target=keep_pruning)
+    pruner.start()
+    try:
+        done = run_driver(topic_name, job, table, tmp_path / "ck-a")
+    finally:
+        stop.set()
+        pruner.join()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert failures == []
+    assert_exactly_once(url, job, table, per_partition(2000), history_pruned=True)
+
+
+def _batches(url: str, job: str) -> list[tuple[int, bool]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT b.seq, b.committed_at IS NOT NULL FROM batches b JOIN jobs j ON j.id = b.job_id "
+                "WHERE j.name = :j ORDER BY b.seq"), {"j": job})]
+    finally:
+        engine.dispose()
 
 
 def _sink(table: str, job: str, generation: int | None, url: str, ends: dict[str, dict[str, int]] | None = None):

@@ -540,3 +540,68 @@ def test_a_stream_given_a_stale_or_another_jobs_checkpoint_sets_it_aside_and_res
     assert code == 0, out
     assert len(list(tmp_path.glob("foreign.set-aside-*"))) == 1
     assert {r[0] for r in query(db, f'SELECT event_id FROM "{table}_other"')} == valid | more | last
+
+
+def test_a_job_pruned_between_launches_resumes_exactly_once_and_its_views_page_and_quality_answer(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path):
+    """Every age at a millisecond: a dry run changes nothing; a prune leaves what the job resumes from (its
+    newest committed batch, the batches its snapshot names) and removes the rest and every dead letter; the next
+    launch goes on exactly once, and the whole-table quality check reconciles the batches whose dead letters are
+    still there."""
+    from datetime import timedelta
+
+    from offsets_db import dashboard
+    from offsets_db.engine import make_engine
+    from spark_jobs.maintenance import prune
+    from streamfill.retention import Retention
+
+    valid, bad = demo_topic(bootstrap, topic_name, 900, 0.05)
+    url, job, table = stack_settings.offsets_db_url, f"{topic_name}-pruned", f"{topic_name}_pruned"
+
+    def launch() -> None:
+        stream.run(stream.StreamArgs(job, topic_name, table, tmp_path / "ck", "available-now", 300, pipeline="orders"),
+                   spark, {"bootstrap.servers": bootstrap}, url, threading.Event())
+
+    def held() -> dict[str, int]:
+        return {t: query(db, f"SELECT count(*) FROM {t} t JOIN jobs j ON j.id = t.job_id WHERE j.name = :j",
+                         j=job)[0][0] for t in ("batches", "dead_letters", "runs", "quality_results")}
+
+    launch()
+    assert quality.validate(url, table, job, pipeline="orders", whole_table=True).success
+    before, latest = held(), query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j ORDER BY 1",
+                                   j=job)
+    assert before["batches"] >= 3 and before["dead_letters"] == len(bad)
+    at_once = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
+
+    dry = {r.what: r.rows for r in prune(url, at_once, apply=False, jobs=[job]).removed}
+    assert dry["dead letters"] == len(bad) and dry["committed batches (with their offsets)"] >= 1
+    assert held() == before, "a dry run removes nothing"
+
+    applied = prune(url, at_once, apply=True, jobs=[job])
+    assert {r.what: r.rows for r in applied.removed}["committed batches (with their offsets)"] == \
+        dry["committed batches (with their offsets)"]
+    kept = query(db, "SELECT b.id FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j ORDER BY 1", j=job)
+    needed = query(db, "SELECT DISTINCT s.batch_id FROM snapshots s JOIN jobs j ON j.id = s.job_id WHERE j.name = :j "
+                       "UNION SELECT max(b.id) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
+                       "ORDER BY 1", j=job)
+    assert kept == needed, "what the job resumes from stays, nothing else"
+    assert held()["dead_letters"] == 0 and held()["quality_results"] == 1, "the newest verdict stays"
+    assert query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j ORDER BY 1", j=job) == latest
+
+    more, more_bad = demo_topic(bootstrap, topic_name, 300, 0.05, seed=12)
+    launch()
+    ids = [r[0] for r in query(db, f'SELECT event_id FROM "{table}"')]
+    assert len(ids) == len(set(ids)) and set(ids) == valid | more, "every record once across the prune"
+    assert query(db, "SELECT sum(next_offset) FROM latest_offsets WHERE job = :j", j=job) == [(1200,)]
+    assert held()["dead_letters"] == len(more_bad)
+    outcome = quality.validate(url, table, job, pipeline="orders", whole_table=True)
+    assert outcome.success, outcome.lines
+    # the page's queries and the views answer for the pruned job
+    engine = make_engine(url)
+    try:
+        row = dashboard.overview(engine, datetime.now(timezone.utc), [job], only=[job])[0]
+        assert row["name"] == job and dashboard.job(engine, job) is not None
+    finally:
+        engine.dispose()
+    for view in ("offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"):
+        assert query(db, f"SELECT count(*) FROM {view} WHERE job = :j", j=job)[0][0] > 0, view

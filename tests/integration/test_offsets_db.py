@@ -59,7 +59,7 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
         assert conn.execute(text("SELECT title FROM public.jobs")).scalars().all() == ["ours"]
     engine.dispose()
     assert tables == {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
-                      "quality_results", "job_leases", "announcements", "alembic_version"}
+                      "quality_results", "job_leases", "announcements", "retention_horizons", "alembic_version"}
     assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"}
 
 

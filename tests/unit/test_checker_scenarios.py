@@ -38,6 +38,7 @@ def test_two_hundred_seeds_reach_every_path_fault_action_and_option():
     assert {w.dead_letters for w in writers if w.job} == {True, False}
     assert any(w.evolve_from is not None for w in writers)
     assert any(len(s.writers) == 2 for s in scenarios)
+    assert any(s.prunes for s in scenarios)
 
 
 def _record(offset: int, key: str, stamp, value: str = "v", partition: int = 0, poison: bool = False) -> Record:

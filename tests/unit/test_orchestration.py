@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from offsets_db.reconcile import merge
-from orchestration.tasks import replay_job, window_job
+from orchestration.tasks import replay_job
+from streamfill.names import window_job
 
 pytestmark = pytest.mark.unit
 
