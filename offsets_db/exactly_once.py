@@ -294,6 +294,7 @@ def mark_committed(s: Session, job: str, batch_id: int, rows_written: int = 0, d
         set_={"next_offset": stmt.excluded.next_offset, "batch_id": stmt.excluded.batch_id,
               "updated_at": func.now()}))
     batch.committed_at = func.now()
+    batch.commit_ms = func.extract("epoch", func.clock_timestamp() - func.now()) * 1000
     # the job's next commit number, under its row's lock until this transaction ends: numbers become visible
     # in order, so an announcer reading them in order never skips one
     batch.commit_no = s.execute(update(Job).where(Job.id == job_id).values(commits=Job.commits + 1)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -89,6 +90,7 @@ class Batch(Base):
     generation: Mapped[int | None] = mapped_column(BigInteger)  # the lease generation of the launch that planned it
     # the job's 1st, 2nd, ... commit: taken in the commit's transaction, gap-free, the outbox of announcements
     commit_no: Mapped[int | None] = mapped_column(BigInteger)
+    commit_ms: Mapped[float | None]  # the commit's transaction up to marking this batch (rows and dead letters moved)
 
 
 class JobLease(Base):

@@ -86,3 +86,30 @@ def newest_quality_results(engine: Engine, limit: int = 5) -> list[tuple]:
         return [tuple(r) for r in conn.execute(statement(
             "SELECT q.checked_at, j.name, q.table_name, q.success, q.statistics FROM {quality_results} q "
             "LEFT JOIN {jobs} j ON j.id = q.job_id ORDER BY q.id DESC LIMIT :limit"), {"limit": limit})]
+
+
+def commits_since(engine: Engine, job: str, after: int) -> list[dict[str, Any]]:
+    """The job's commits numbered above `after`, in order: rows, dead letters, data-loss events found when each
+    batch was planned, and the commit's time (the jobs' metrics)."""
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(statement("""
+            SELECT b.commit_no, coalesce(b.rows_written, 0) AS rows, coalesce(b.dead_letters, 0) AS dead_letters,
+                   b.commit_ms, (SELECT count(*) FROM {data_loss_events} e WHERE e.batch_id = b.id) AS data_loss
+            FROM {batches} b JOIN {jobs} j ON j.id = b.job_id
+            WHERE j.name = :job AND b.commit_no > :after ORDER BY b.commit_no"""), {"job": job, "after": after})]
+
+
+def newest_commit(engine: Engine, job: str) -> int:
+    """The number of the job's newest commit (0 before its first, or before the job exists)."""
+    with engine.connect() as conn:
+        return conn.scalar(statement("SELECT coalesce(max(commits), 0) FROM {jobs} WHERE name = :job"),
+                           {"job": job})
+
+
+def lag_per_partition(engine: Engine, job: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, lag) of the job from consumer_lag: the log end at its last planning less where it
+    stands."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(statement(
+            "SELECT topic, partition, lag FROM {consumer_lag} WHERE job = :job AND lag IS NOT NULL "
+            "ORDER BY topic, partition"), {"job": job})]

@@ -43,7 +43,8 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
-from streamfill.errors import OptionError, StreamfillError, first_lines
+from spark_jobs.telemetry import exporters, job_metrics
+from streamfill.errors import Fenced, JobBusy, OptionError, StreamfillError, first_lines
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
@@ -209,6 +210,7 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
     --wait-for-job, while another launch holds it), decides again under that hold, and records its plan."""
     from connectors.spark import register
 
+    exporters()  # OTEL_METRICS_EXPORTER checked before anything is recorded
     store = OffsetStore(url)
     store.check_grants()
     broker = Broker(kafka)
@@ -231,18 +233,29 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
     register(spark)
     check_table(args, spark, kafka, url)
     store.ensure_job(args.job, "backfill")  # the job must exist to be held; its plan is recorded once held
-    with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
-                    on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
-        prep, summary = planned()  # again: another launch may have moved the job while this one waited
-        if prep.state == "complete":
-            return summary
-        window, total = prep.window, prep.window.total
-        record(args, prep, store)
-        if on_progress:
-            on_progress(total - remaining(window, prep.done), total)
-        first_batch = store.last_batch_id(args.job)
-        with _no_whole_stage_codegen(spark):
-            done = _write_chunks(args, spark, kafka, url, store, lease, prep, on_progress)
+    with job_metrics(url, args.job, kafka) as metrics:
+        def progressed(done: int, total: int) -> None:
+            if metrics is not None:
+                metrics.observe()
+            if on_progress:
+                on_progress(done, total)
+
+        try:
+            with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
+                            on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
+                prep, summary = planned()  # again: another launch may have moved the job while this one waited
+                if prep.state == "complete":
+                    return summary
+                window, total = prep.window, prep.window.total
+                record(args, prep, store)
+                progressed(total - remaining(window, prep.done), total)
+                first_batch = store.last_batch_id(args.job)
+                with _no_whole_stage_codegen(spark):
+                    done = _write_chunks(args, spark, kafka, url, store, lease, prep, progressed)
+        except (JobBusy, Fenced):
+            if metrics is not None:
+                metrics.refused()
+            raise
     summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.offsets = remaining(window, prep.done) - remaining(window, done)
     summary.seconds = time.monotonic() - started

@@ -37,8 +37,10 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
+from spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 from streamfill import durations
-from streamfill.errors import CheckpointMismatch, ForeignCheckpoint, OptionError, StreamfillError
+from streamfill.errors import (CheckpointMismatch, Fenced, ForeignCheckpoint, JobBusy, OptionError,
+                              StreamfillError)
 from streamfill.names import parse_table, validate_job_name
 from streamfill.settings import get_settings
 
@@ -186,14 +188,31 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
     takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
     the query has stopped. The table is created or given new columns only under that hold."""
-    from pyspark.errors import StreamingQueryException
-
+    exporters()  # OTEL_METRICS_EXPORTER checked before anything is recorded
     check_access(args, kafka)
     query_plan(spark, args, kafka, url, change=False)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
     started = time.monotonic()
     summary = StreamSummary(args.job, "succeeded")
+    with job_metrics(url, args.job, kafka) as metrics:
+        try:
+            _run_held(args, spark, kafka, url, stop, on_batch, store, summary, metrics)
+        except (JobBusy, Fenced):
+            if metrics is not None:
+                metrics.refused()
+            raise
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,
+              on_batch: Callable[[dict], None] | None, store: OffsetStore, summary: StreamSummary,
+              metrics: JobMetrics | None) -> None:
+    """The launch once checked: it takes the job, runs the query until it ends or `stop`, then fills the
+    summary's totals."""
+    from pyspark.errors import StreamingQueryException
+
     with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
                     on_wait=lambda h: console.print(f"waiting for {h.describe()}", highlight=False)) as lease, \
             recorded_run(store, args.job, spark.sparkContext.applicationId, lease,
@@ -207,14 +226,17 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
             two looks, and an idle trigger reports the next batch's id; so once it changes, the batches that ran
             (with an addBatch time) are taken from recentProgress, the last 100."""
             nonlocal seen, newest
-            last = query.lastProgress if on_batch else None
+            last = query.lastProgress if on_batch or metrics else None
             if last is None or last["timestamp"] == newest:
                 return
             newest = last["timestamp"]
+            if metrics is not None:
+                metrics.observe()
             for progress in query.recentProgress:
                 if progress["batchId"] > seen and "addBatch" in progress["durationMs"]:
                     seen = progress["batchId"]
-                    on_batch(progress)
+                    if on_batch:
+                        on_batch(progress)
 
         while True:
             try:
@@ -245,8 +267,6 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
         if failure is not None:
             raise StreamfillError(f"stream {args.job!r} failed: {_described(failure)}") from None
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
-    summary.seconds = time.monotonic() - started
-    return summary
 
 
 REFUSED_CHECKPOINT = tuple(f"{cls.__module__}.{cls.__name__}" for cls in (CheckpointMismatch, ForeignCheckpoint))

@@ -156,6 +156,34 @@ class Broker:
                                    "looking up offsets for timestamps")
         return {tp: (off if off >= 0 else None) for tp, off in found.items()}
 
+    def record_timestamps(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The Kafka timestamp (ms) of the record at each offset, for the partitions where one is there (not a
+        transaction marker, not yet removed by retention); fetched by a consumer that joins no group."""
+        from confluent_kafka import Consumer
+
+        wanted = {tp: off for tp, off in offsets.items() if off >= 0}
+        if not wanted:
+            return {}
+        consumer = Consumer({**self.kafka, "group.id": "streamfill-timestamps", "enable.auto.commit": False,
+                             "enable.auto.offset.store": False, "log_level": self.kafka.get("log_level", "3")})
+        found: dict[TopicPartition, int] = {}
+        left = dict(wanted)
+        try:
+            consumer.assign([KTopicPartition(tp.topic, tp.partition, off) for tp, off in sorted(wanted.items())])
+            deadline = time.monotonic() + self.timeout_s
+            while left and time.monotonic() < deadline:
+                for message in consumer.consume(num_messages=len(left), timeout=0.2):
+                    tp = TopicPartition(message.topic(), message.partition())
+                    if message.error() is not None or tp not in left:
+                        continue
+                    if message.offset() == left[tp]:
+                        found[tp] = message.timestamp()[1]
+                    del left[tp]  # past it: a transaction marker stood there, which has no timestamp to give
+                    consumer.pause([KTopicPartition(tp.topic, tp.partition)])
+        finally:
+            consumer.close()
+        return found
+
     def commit_group(self, group: str, positions: Mapping[TopicPartition, int]) -> None:
         """Set the group's committed offsets (next offset to read), so Kafka's lag tools see the job.
 

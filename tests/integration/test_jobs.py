@@ -605,3 +605,67 @@ def test_a_job_pruned_between_launches_resumes_exactly_once_and_its_views_page_a
         engine.dispose()
     for view in ("offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"):
         assert query(db, f"SELECT count(*) FROM {view} WHERE job = :j", j=job)[0][0] > 0, view
+
+
+def test_metrics_scraped_from_a_running_streams_prometheus_endpoint_match_offsets_db(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path, monkeypatch):
+    """OTEL_METRICS_EXPORTER=prometheus: while the stream runs, its endpoint says what offsets_db says: rows,
+    dead letters and commits of this launch, lag per partition, and the newest committed record's timestamp."""
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    valid, bad = demo_topic(bootstrap, topic_name, 900, 0.05, partitions=2)
+    newest_ms = max(m.timestamp()[1] for m in consume_all(bootstrap, topic_name, 2))
+    job, table, url = f"{topic_name}-metrics", f"{topic_name}_metrics", stack_settings.offsets_db_url
+    stop, failed = threading.Event(), []
+
+    def launch() -> None:
+        try:
+            stream.run(stream.StreamArgs(job, topic_name, table, tmp_path / "ck", "500ms", 200, pipeline="orders"),
+                       spark, {"bootstrap.servers": bootstrap}, url, stop)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    def scraped() -> dict[tuple[str, tuple], float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text_ = answer.read().decode()
+        return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k in ("topic", "partition")))): s.value
+                for family in text_string_to_metric_families(text_) for s in family.samples
+                if s.labels.get("streamfill_job") == job}
+
+    runner = threading.Thread(target=launch)
+    runner.start()
+    try:
+        deadline, seen = time.monotonic() + 240, {}
+        while time.monotonic() < deadline and not failed:
+            try:
+                seen = scraped()
+            except OSError:
+                seen = {}
+            if seen.get(("streamfill_rows_total", ())) == len(valid) and ("streamfill_freshness_seconds", ()) in seen:
+                break
+            time.sleep(0.5)
+        assert not failed, failed
+        (rows, dead, commits), = query(db, "SELECT sum(rows_written), sum(dead_letters), count(*) FROM batches b "
+                                           "JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND "
+                                           "b.committed_at IS NOT NULL", j=job)
+        lag = {(("partition", str(p)), ("topic", t)): n
+               for t, p, n in query(db, "SELECT topic, partition, lag FROM consumer_lag WHERE job = :j", j=job)}
+        assert rows == len(valid) and dead == len(bad)
+        assert seen.get(("streamfill_rows_total", ())) == rows, seen
+        assert seen.get(("streamfill_dead_letters_total", ())) == dead
+        assert seen.get(("streamfill_commits_total", ())) == commits == seen.get(
+            ("streamfill_commit_duration_seconds_count", ()))
+        assert {k[1]: v for k, v in seen.items() if k[0] == "streamfill_lag"} == lag
+        assert seen[("streamfill_freshness_seconds", ())] == newest_ms / 1000
+    finally:
+        stop.set()
+        runner.join(120)
