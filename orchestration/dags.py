@@ -52,13 +52,15 @@ def run_stream(job: str) -> None:
     from orchestration import tasks
     from spark_jobs.runs import argv
     from spark_jobs.stream import StreamArgs
+    from streamfill.durations import stop_grace_seconds
 
     spec, ctx = JOBS[job], get_current_context()
     tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     trigger = ctx["params"]["trigger"] or spec.trigger
-    # a retry waits for a launch of the job still stopping (it holds the job until its session ends)
-    tasks.spark_submit("stream.py", argv(StreamArgs, job=spec.name, trigger=trigger, wait_for_job=tasks.RETRY_WAIT),
-                       tasks.endpoints())
+    # a retry waits for a launch of the job still stopping: it holds the job while it commits its batch in flight
+    wait = tasks.retry_wait(stop_grace_seconds(spec.stop_grace, "stop_grace"))
+    tasks.spark_submit("stream.py", argv(StreamArgs, job=spec.name, trigger=trigger, wait_for_job=wait),
+                       tasks.endpoints(), graceful=True)
 
 
 @task

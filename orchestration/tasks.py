@@ -39,7 +39,7 @@ from streamfill import REPO_ROOT
 from streamfill.errors import OptionError, UnknownJob
 from streamfill.partitions import TopicPartition
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
-from streamfill.settings import get_settings
+from streamfill.settings import STOP_WITH_ENV, get_settings
 
 log = logging.getLogger("streamfill.orchestration")
 
@@ -100,13 +100,17 @@ def endpoints() -> Endpoints:
     return Endpoints(url, kafka, Variable.get(SPARK_MASTER_VAR, default="local[*]"), registry)
 
 
-def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None) -> None:
+def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None,
+                 graceful: bool = False) -> None:
     """spark-submit of spark_jobs/<script> with the project's interpreter, its output in the task log.
 
     The job runs in its own process group. When Airflow stops the task (SIGTERM, then SIGKILL 5 s later from
-    its task supervisor), the whole group gets SIGTERM and, STOP_GRACE_S later, SIGKILL: inside Airflow's kill
-    window, so nothing keeps running after its task. Should the task process die first, the kernel kills
-    spark-submit with it (PR_SET_PDEATHSIG). A survivor could not write anyway: its job is fenced.
+    its task supervisor):
+    - a bounded job's whole group gets SIGTERM and, KILL_AFTER_S later, SIGKILL, inside Airflow's window; should
+      the task process die first, the kernel kills spark-submit with it (PR_SET_PDEATHSIG);
+    - a `graceful` job (the stream) gets SIGTERM in its Python driver only, and the task ends at once: the job
+      outlives it to commit its batch in flight within its stop grace, then ends (spark_jobs/stream.py), and also
+      stops when it sees the task gone. A retry's launch waits for it (--wait-for-job): fencing keeps the two apart.
     A non-zero exit fails the task.
     """
     bin_dir = Path(sys.executable).parent
@@ -124,13 +128,25 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
            **(parent.environ() if parent else {}), **(extra_env or {}), "PYSPARK_PYTHON": workers_python,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     env = class_archive.with_archive(env, get_settings().home)
+    if graceful:
+        env[STOP_WITH_ENV] = str(os.getpid())
     log.info("running %s against Kafka %s", " ".join(cmd), describe(ends.kafka))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, preexec_fn=_die_with_parent)
+                            text=True, start_new_session=True, preexec_fn=None if graceful else _die_with_parent)
+    stopped = False
 
     def stop(signum, _frame) -> None:
-        log.warning("task stopped (signal %d): stopping %s", signum, script)
-        _kill_group(proc)
+        nonlocal stopped
+        driver = _python_driver(proc, script) if graceful else None
+        if driver is not None:
+            log.warning("task stopped (signal %d): %s commits its batch in flight and stops on its own (pid %d)",
+                        signum, script, driver)
+            os.kill(driver, signal.SIGTERM)
+            stopped = True
+        else:
+            log.warning("task stopped (signal %d): stopping %s%s", signum, script,
+                        " (its Python driver has not started: nothing is in flight)" if graceful else "")
+            _kill_group(proc)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
@@ -141,14 +157,38 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
         code = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if proc.poll() is None:
+        if proc.poll() is None and not stopped:
             _kill_group(proc)
     if code != 0:
         raise RuntimeError(f"{script} exited with {code}; its output is above")
 
 
 RETRY_WAIT = "2m"  # how long a task's launch waits for an earlier launch of its job to let go (--wait-for-job)
-STOP_GRACE_S = 3.0  # Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be gone before
+KILL_AFTER_S = 3.0  # a bounded job: Airflow's supervisor sends SIGKILL 5 s after SIGTERM, the job goes before
+
+
+def retry_wait(grace_s: float) -> str:
+    """--wait-for-job of a stream task's launch: an earlier launch may still be committing its batch in flight."""
+    return f"{max(120, int(grace_s) + 60)}s"
+
+
+def _python_driver(proc: subprocess.Popen, script: str) -> int | None:
+    """The pid of the job's Python driver (spark-submit's JVM starts it), None while there is none yet."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            argv = child.cmdline()
+        except psutil.Error:
+            continue  # a Python worker or helper that ended meanwhile
+        if argv and Path(argv[0]).name.startswith("python") and any(
+                part.endswith(f"spark_jobs/{script}") for part in argv[1:]):
+            return child.pid
+    return None
 
 
 def _libc():
@@ -172,7 +212,7 @@ def _die_with_parent() -> None:
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(STOP_GRACE_S)
+        proc.wait(KILL_AFTER_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)

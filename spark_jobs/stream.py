@@ -10,6 +10,8 @@ query between batches. The job resumes where offsets_db says it stands, with or 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -39,10 +41,11 @@ from spark_jobs.runs import (
 )
 from spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 from streamfill import durations
+from streamfill.durations import stop_grace_seconds
 from streamfill.errors import (CheckpointMismatch, Fenced, ForeignCheckpoint, JobBusy, OptionError,
                               StreamfillError)
 from streamfill.names import parse_table, validate_job_name
-from streamfill.settings import get_settings
+from streamfill.settings import STOP_WITH_ENV, get_settings
 
 log = logging.getLogger("streamfill.stream")
 
@@ -60,6 +63,7 @@ class StreamArgs(NamesAnEntry):
     start: str | None = None  # while offsets_db has no position for the job; None: the entry's `start`
     pipeline: str | None = None  # the jobs file's entry that parses the topic; None: the entry named like the job
     wait_for_job: str = "0"  # how long to wait for another launch holding the job; 0 refuses at once
+    stop_grace: str | None = None  # how long a stop may take to commit the batch in flight; None: the entry's
 
     DERIVED = ("checkpoint", "topic", "table")  # from the job and its entry when not given
 
@@ -74,6 +78,14 @@ class StreamArgs(NamesAnEntry):
         self.entry  # noqa: B018 - the entry must exist
         if self.start is not None:
             parse_start(self.start, "--start")
+        if self.stop_grace is not None:
+            stop_grace_seconds(self.stop_grace)
+
+    @property
+    def grace_s(self) -> float:
+        """--stop-grace, else the entry's stop_grace: how long a stop waits for the batch in flight to commit."""
+        return stop_grace_seconds(self.stop_grace or self.entry.stop_grace,
+                                  "--stop-grace" if self.stop_grace else "stop_grace")
 
     @property
     def start_option(self) -> tuple[str, str]:
@@ -313,16 +325,64 @@ def _stop_between_batches(query, timeout_s: float = 600) -> None:
     query.stop()
 
 
+def graceful_stop(stop: threading.Event, grace_s: float, job: str) -> Callable[[str], None]:
+    """What stops a launch: the query ends between batches (the batch in flight commits); once `grace_s` has
+    passed the launch kills its own process group (the JVM with it), cutting that batch, nothing of which commits
+    (its commit is one transaction) and which the next launch reads again."""
+    began = threading.Event()
+
+    def begin(why: str) -> None:
+        stop.set()
+        if began.is_set():
+            return
+        began.set()
+        console.print(f"stream {job}: {why}; stopping after the batch in flight commits (within {grace_s:g} s)",
+                      highlight=False)
+
+        def cut() -> None:
+            time.sleep(grace_s)
+            console.print(f"stream {job}: the batch in flight did not commit within {grace_s:g} s of the stop; it "
+                          "is cut, nothing of it commits, and the next launch reads it again", highlight=False)
+            sys.stdout.flush()
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+        threading.Thread(target=cut, name="streamfill-stop-grace", daemon=True).start()
+
+    return begin
+
+
+def watch_task(pid: str | None, stopping: Callable[[str], None], every_s: float = 1.0) -> None:
+    """Stop the launch when the Airflow task that started it is gone (Airflow's supervisor SIGKILLs a task 5 s
+    after SIGTERM; the job, in a process group of its own, outlives it to commit its batch in flight)."""
+    if not pid:
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                stopping(f"its Airflow task (pid {pid}) ended")
+                return
+            except PermissionError:
+                pass  # alive, another user's
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, name="streamfill-task-watch", daemon=True).start()
+
+
 def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
-    """The whole launch, as `streamfill stream` and spark-submit run it: a session, SIGTERM to stop between
-    batches, a line per micro-batch and a summary. A failure is one message and exit code 1."""
-    import signal
+    """The whole launch, as `streamfill stream` and spark-submit run it: a session, SIGTERM (or the end of the
+    Airflow task that started it) to stop between batches within the stop grace, a line per micro-batch and a
+    summary. A failure is one message and exit code 1."""
 
     from sqlalchemy.exc import OperationalError
 
     settings = get_settings()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopping = graceful_stop(stop, args.grace_s, args.job)
+    signal.signal(signal.SIGTERM, lambda *_: stopping("SIGTERM"))
+    watch_task(os.environ.get(STOP_WITH_ENV), stopping)
     spark = job_session(f"streamfill-stream-{args.job}", master, settings)
     say_where(spark, settings)
 

@@ -22,3 +22,18 @@ def split(raw: str) -> tuple[int, str] | None:
     """(number, unit) as written, for callers that keep the unit (Spark's processingTime)."""
     m = _DURATION.fullmatch(raw or "")
     return None if not m or not m.group(2) else (int(m.group(1)), m.group(2).lower())
+
+
+DEFAULT_STOP_GRACE = "60s"  # a stopped stream's time to commit its batch in flight (an entry's stop_grace)
+
+
+def stop_grace_seconds(raw: str, option: str = "--stop-grace") -> float:
+    """A stop grace such as 60s or 5m (a bare number is seconds), at least a second."""
+    from streamfill.errors import OptionError
+
+    ms = parse_ms(raw, default_unit="s")
+    if ms is None or ms < 1000:
+        raise OptionError(option, raw, "is not a stop grace", "give a duration of at least 1s, such as 60s or 5m: "
+                                                              "how long a stopped stream may take to commit its batch "
+                                                              "in flight")
+    return ms / 1000

@@ -22,6 +22,8 @@ KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL l
 # a checkout keeps its stack beside the code; an installed wheel's code sits in site-packages, which is no place
 # for checkpoints
 DEFAULT_HOME = REPO_ROOT / ".stack" if (REPO_ROOT / "pyproject.toml").is_file() else Path.home() / ".streamfill"
+# the pid of the Airflow task that launched a stream: the stream stops (within its stop grace) once it is gone
+STOP_WITH_ENV = "STREAMFILL_STOP_WITH"
 OFFSETS_DB_SCHEMA = "streamfill"  # offsets_db's own schema, so its jobs/runs/batches never meet a team's tables
 PgSslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]  # libpq's
 

@@ -34,6 +34,9 @@ def stream(
     start: Annotated[Optional[str], typer.Option(
         "--start", help="earliest, latest or an ISO-8601 time: where the stream starts while offsets_db has no "
                         "position for the job (default: the entry's start, else earliest)")] = None,
+    stop_grace: Annotated[Optional[str], typer.Option(
+        "--stop-grace", help="how long a stop (SIGTERM) may take to commit the batch in flight before it is cut, "
+                             "e.g. 60s (default: the entry's stop_grace, else 60s)")] = None,
     pipeline: PipelineOpt = None,
     wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
@@ -46,7 +49,7 @@ def stream(
         args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
                                                 max_offsets_per_trigger=max_offsets_per_trigger,
                                                 checkpoint=checkpoint, start=start, pipeline=pipeline,
-                                                wait_for_job=wait_for_job)
+                                                wait_for_job=wait_for_job, stop_grace=stop_grace)
     except StreamfillError as exc:
         raise fail(exc) from None
     job_module.launch(args, master)

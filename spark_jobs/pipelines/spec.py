@@ -18,6 +18,7 @@ from connectors.kafka.offsets import START_HELP, parse_start
 from connectors.postgres.sink_options import APPEND_NEW, SinkMode
 from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
+from streamfill.durations import DEFAULT_STOP_GRACE, stop_grace_seconds
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.rules import Rule, rules_of
@@ -177,6 +178,8 @@ class PipelineSpec(BaseModel):
     checkpoint_dir: str | None = Field(None, min_length=1)
     # a consumer group the stream's committed offsets are mirrored to after each commit (lag tools read it)
     commit_to_group: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    # how long a stopped stream may take to commit its batch in flight before it cuts it (docs/airflow.md)
+    stop_grace: str = DEFAULT_STOP_GRACE
     interval_table: str | None = None
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"
@@ -219,13 +222,16 @@ class PipelineSpec(BaseModel):
                              "or 1m")
         return v
 
-    @field_validator("start")
+    @field_validator("start", "stop_grace")
     @classmethod
-    def _start(cls, v: str) -> str:
+    def _parsed(cls, v: str, info) -> str:
+        """Checked by the parser the launch uses, so an entry and a flag are refused alike."""
+        parse, fix = {"start": (parse_start, f"use {START_HELP}"), "stop_grace": (stop_grace_seconds, None)}[
+            info.field_name]
         try:
-            parse_start(v, "start")
+            parse(v, info.field_name)
         except OptionError as exc:
-            raise ValueError(f"start {v!r} {exc.problem}; use {START_HELP}") from None
+            raise ValueError(f"{info.field_name} {v!r} {exc.problem}; {fix or exc.fix}") from None
         return v
 
     @field_validator("announce_every")
