@@ -27,7 +27,7 @@ from connectors.spark import postgres_sink
 from offsets_db.exactly_once import COMMIT_LOCK_SPACE, PlannedRange
 from offsets_db.store import OffsetStore
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
-from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver
+from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver, run_in_session
 from tests.kafka_helpers import create_topic, end_offsets, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -90,7 +90,7 @@ def per_partition(count: int, partitions: int = 4) -> dict[int, int]:
 # one launch per job
 
 def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_way_and_a_kill_lose_nothing(
-        stack_settings, bootstrap, topic_name, tmp_path):
+        spark, stack_settings, bootstrap, topic_name, tmp_path):
     """While the first launch waits between staging a batch and committing it, a second launch is refused, and a
     prune at ages of a millisecond (a dry run first) removes the job's older batches but not what it resumes from
     nor the batch in flight. The first launch is then killed; the next one, pruned all along, ends exactly once."""
@@ -98,13 +98,13 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
     from streamfill.retention import Retention
 
     create_topic(bootstrap, topic_name, 4)
-    produce(bootstrap, topic_name, _records(0, 2000))
+    produce(bootstrap, topic_name, _records(0, 1200))
     job, table, url = f"{topic_name}-two", f"{topic_name}_two", stack_settings.offsets_db_url
     at_once = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
     fp = tmp_path / "fp"
-    first = start_driver(topic_name, job, table, tmp_path / "ck-a", pause_at(fp, "sink.staged", 4))
+    first = start_driver(topic_name, job, table, tmp_path / "ck-a", pause_at(fp, "sink.staged", 3))
     try:
-        wait_for(fp / "reached", first, "the first launch's fourth commit")
+        wait_for(fp / "reached", first, "the first launch's third commit")
         second = subprocess.run([sys.executable, str(DRIVER), topic_name, job, table, str(tmp_path / "ck-b"), "200"],
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                                 timeout=300)
@@ -113,11 +113,11 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
         assert f"on host {socket.gethostname()}, pid" in second.stderr
 
         batches = _batches(url, job)
-        assert [committed for _, committed in batches] == [True, True, True, False]
+        assert [committed for _, committed in batches] == [True, True, False]
         prune(url, at_once, apply=False, jobs=[job], progress=lambda _: None)
         assert _batches(url, job) == batches, "a dry run removes nothing"
         prune(url, at_once, apply=True, jobs=[job], progress=lambda _: None)
-        assert _batches(url, job) == batches[2:], "the newest commit and the batch in flight stay"
+        assert _batches(url, job) == batches[1:], "the newest commit and the batch in flight stay"
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=60)
     finally:
@@ -135,14 +135,14 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
 
     pruner = threading.Thread(target=keep_pruning)
     pruner.start()
-    try:
-        done = run_driver(topic_name, job, table, tmp_path / "ck-a")
+    try:  # the next launch, in the run's SparkSession
+        failed = run_in_session(spark, bootstrap, topic_name, job, table, tmp_path / "ck-a")
     finally:
         stop.set()
         pruner.join()
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert failed is None, failed
     assert failures == []
-    assert_exactly_once(url, job, table, per_partition(2000), history_pruned=True)
+    assert_exactly_once(url, job, table, per_partition(1200), history_pruned=True)
 
 
 def _batches(url: str, job: str) -> list[tuple[int, bool]]:
@@ -501,30 +501,28 @@ def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def test_a_topic_deleted_and_recreated_is_data_loss_failing_or_recorded_by_failOnDataLoss(
-        stack_settings, bootstrap, topic_name, tmp_path, db):
+        spark, stack_settings, bootstrap, topic_name, tmp_path, db):
+    """The launches run in the run's SparkSession (stream_driver.py's query, run_in_session)."""
     url = stack_settings.offsets_db_url
     create_topic(bootstrap, topic_name, 1)
     produce(bootstrap, topic_name, [{"value": f'{{"n": {i}}}'.encode(), "partition": 0} for i in range(2300)])
     job, table, checkpoint = f"{topic_name}-re", f"{topic_name}_re", tmp_path / "checkpoint"
-    assert run_driver(topic_name, job, table, checkpoint, max_per_trigger=1000).returncode == 0
+    assert run_in_session(spark, bootstrap, topic_name, job, table, checkpoint, 1000) is None
     _recreate(bootstrap, topic_name, 1)
     produce(bootstrap, topic_name, [{"value": f'{{"n": {10_000 + i}}}'.encode(), "partition": 0} for i in range(1300)])
     assert end_offsets(bootstrap, topic_name) == {0: 1300}
 
-    failed = run_driver(topic_name, job, table, checkpoint, max_per_trigger=1000)
-    assert failed.returncode != 0, "failOnDataLoss=true: the stream must fail"
-    assert f"data loss on {topic_name}-0: the log now ends at offset 1300, below the position 2300" in failed.stderr, \
-        failed.stderr[-3000:]
+    failed = run_in_session(spark, bootstrap, topic_name, job, table, checkpoint, 1000)
+    assert failed is not None, "failOnDataLoss=true: the stream must fail"
+    assert f"data loss on {topic_name}-0: the log now ends at offset 1300, below the position 2300" in failed, \
+        failed[-3000:]
     with db.connect() as conn:
         events = conn.execute(text("SELECT e.kind, e.lost_from, e.lost_to FROM data_loss_events e JOIN jobs j "
                                    "ON j.id = e.job_id WHERE j.name = :j"), {"j": job}).all()
     assert ("offset_went_back", 1300, 2300) in events, "the failure is recorded for the job"
 
-    env = {"DRIVER_SOURCE_OPTIONS": json.dumps({"failOnDataLoss": "false"})}
-    done = subprocess.run([sys.executable, str(DRIVER), topic_name, job, table, str(tmp_path / "ck2"), "1000"],
-                          env={**os.environ, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert run_in_session(spark, bootstrap, topic_name, job, table, tmp_path / "ck2", 1000,
+                          source_options={"failOnDataLoss": "false"}) is None
     engine = create_engine(url)
     with engine.connect() as conn:
         rows = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()

@@ -151,9 +151,15 @@ def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(spark, sta
         code, out = finish(cli(*base, env={"STREAMFILL_FAILPOINT": point, "STREAMFILL_FAILPOINT_AT": str(at),
                                            "STREAMFILL_FAILPOINT_DIR": str(hits)}))
         assert code == -signal.SIGKILL or code == 137, out
-    code, out = finish(cli(*base))
-    assert code == 0, out
-    assert "(resuming)" in out
+
+    # the rest in the run's SparkSession (the killed launches are the CLI's above): it resumes, then the same
+    # backfill again changes nothing, and in replace mode rewrites the same rows
+    def again(mode: str, chunk: int) -> backfill.Summary:
+        return backfill.run(backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, mode, chunk,
+                                                  pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
+                            stack_settings.offsets_db_url)
+
+    assert again("append-new", 400).state == "resuming"
     ids, dead, offsets = landed(db, table, job)
     assert len(ids) == len(valid) and set(ids) == valid and dead == set(bad)
     assert offsets == all_offsets(bootstrap, topic_name, 3)
@@ -163,12 +169,6 @@ def test_a_killed_backfill_resumes_and_a_finished_one_changes_nothing(spark, sta
                          f'FROM "{table}" t')
         batches = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j", j=job)
         return rows[0], batches[0][0]
-
-    # the same backfill again, then in replace mode, in the run's SparkSession (the launch is the CLI's above)
-    def again(mode: str, chunk: int) -> backfill.Summary:
-        return backfill.run(backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, mode, chunk,
-                                                  pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
-                            stack_settings.offsets_db_url)
 
     before = state()
     assert again("append-new", 400).state == "complete"
@@ -236,16 +236,21 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(spark, 
 
 
 def test_a_stream_and_a_backfill_over_the_same_offsets_into_one_table_land_each_key_once(
-        stack_settings, bootstrap, db, topic_name, tmp_path):
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path):
+    """The backfill is a launch of its own (the CLI); the stream runs meanwhile in the run's SparkSession."""
     valid, bad = demo_topic(bootstrap, topic_name, 2500, 0.02)
     table = f"{topic_name}_shared"
-    s = cli("stream", "--job", f"{topic_name}-s", "--topic", topic_name, "--table", table, "--trigger",
-            "available-now", "--max-offsets-per-trigger", "700", "--checkpoint", str(tmp_path / "ckpt"))
     b = cli("backfill", "--job", f"{topic_name}-b", "--topic", topic_name, "--from", "earliest", "--to", "latest",
             "--table", table, "--chunk-size", "900")
-    for proc in (s, b):
-        code, out = finish(proc)
-        assert code == 0, out
+    deadline = time.monotonic() + 180
+    while not query(db, "SELECT 1 FROM jobs WHERE name = :j", j=f"{topic_name}-b"):  # the backfill is about to write
+        assert b.poll() is None and time.monotonic() < deadline, finish(b)[1][-3000:]
+        time.sleep(0.2)
+    stream.run(stream.StreamArgs(f"{topic_name}-s", topic_name, table, tmp_path / "ckpt", "available-now", 700,
+                                 pipeline="orders"), spark, {"bootstrap.servers": bootstrap},
+               stack_settings.offsets_db_url, threading.Event())
+    code, out = finish(b)
+    assert code == 0, out
     ids = [r[0] for r in query(db, f'SELECT event_id FROM "{table}"')]
     assert len(ids) == len(set(ids)) == len(valid) and set(ids) == valid
     for job in (f"{topic_name}-s", f"{topic_name}-b"):  # each job read everything and recorded its dead letters
