@@ -58,7 +58,9 @@ RULES: tuple[Rule, ...] = (
     Rule("history", "batches planned and never committed", "batches", """
         t.job_id = :job AND t.committed_at IS NULL AND t.planned_at < :cutoff AND NOT """ + _LIVE + """
         AND EXISTS (SELECT 1 FROM {batches} n WHERE n.job_id = t.job_id AND n.seq > t.seq)"""),
-    Rule("history", "data-loss events", "data_loss_events", "t.job_id = :job AND t.detected_at < :cutoff"),
+    Rule("history", "data-loss events", "data_loss_events", """
+        t.job_id = :job AND t.detected_at < :cutoff
+        AND NOT EXISTS (SELECT 1 FROM {batches} b WHERE b.id = t.batch_id AND b.committed_at IS NULL)"""),
     Rule("history", "ended runs", "runs", """
         t.job_id = :job AND t.started_at < :cutoff AND coalesce(t.ended_at, t.started_at) < :cutoff
         AND EXISTS (SELECT 1 FROM {runs} n WHERE n.job_id = t.job_id AND n.id > t.id)
@@ -100,6 +102,7 @@ def prune(engine: Engine, retention: Retention, *, apply: bool, jobs: Sequence[s
     if jobs is not None and (unknown := sorted(set(jobs) - {name for _, name in found})):
         raise UnknownJob(f"no job named {', '.join(map(repr, unknown))} is in offsets_db: check the name (the "
                          "streamfill page lists every job, as does the jobs table)")
+    named = jobs is not None
     jobs = [(job_id, name) for job_id, name in found if jobs is None or name in jobs]
     cutoffs = {kind: None if (age := getattr(retention, kind)) is None else now - age for kind in Retention.kinds()}
     totals = {("windows", WINDOWS_WHAT): 0, **{(rule.kind, rule.what): 0 for rule in RULES}}
@@ -118,7 +121,31 @@ def prune(engine: Engine, retention: Retention, *, apply: bool, jobs: Sequence[s
             if n:
                 progress(f"{name}: {'removed' if apply else 'would remove'} {n:,} {rule.what}")
             totals[(rule.kind, rule.what)] += n
+    if cutoffs["quality_results"] is not None and not named:
+        n = _jobless_results(engine, cutoffs["quality_results"], apply, chunk)
+        if n:
+            progress(f"{'removed' if apply else 'would remove'} {n:,} quality results of no job (a window's job "
+                     "pruned, or a check without a job)")
+        totals[("quality_results", "quality results")] += n
     return [Removed(kind, what, n) for (kind, what), n in totals.items()]
+
+
+def _jobless_results(engine: Engine, cutoff: datetime, apply: bool, chunk: int) -> int:
+    where = "job_id IS NULL AND checked_at < :cutoff"
+    if not apply:
+        with engine.connect() as conn:
+            return conn.scalar(text(schema.sql(f"SELECT count(*) FROM {{quality_results}} WHERE {where}")),
+                               {"cutoff": cutoff})
+    removed = 0
+    while True:
+        with engine.begin() as conn:
+            _short_locks(conn)
+            n = conn.execute(text(schema.sql(f"""
+                DELETE FROM {{quality_results}} WHERE id IN (SELECT id FROM {{quality_results}} WHERE {where}
+                ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED)""")), {"cutoff": cutoff, "n": chunk}).rowcount
+        removed += n
+        if n < chunk:
+            return removed
 
 
 def _count(engine: Engine, rule: Rule, job_id: int, cutoff: datetime) -> int:

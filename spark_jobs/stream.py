@@ -255,7 +255,7 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                 while query.isActive:
                     report()
                     if stop.is_set():
-                        _stop_between_batches(query)
+                        _stop_between_batches(query, args.grace_s)
                         run_row.status = summary.status = "stopped"
                         break
                     try:
@@ -263,7 +263,7 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                     except StreamingQueryException:
                         break  # the failure is the query's exception(), below
             except KeyboardInterrupt:
-                _stop_between_batches(query)
+                _stop_between_batches(query, args.grace_s)
                 raise
             report()
             failure = query.exception()
@@ -327,8 +327,8 @@ def _stop_between_batches(query, timeout_s: float = 600) -> None:
 
 def graceful_stop(stop: threading.Event, grace_s: float, job: str) -> Callable[[str], None]:
     """What stops a launch: the query ends between batches (the batch in flight commits); once `grace_s` has
-    passed the launch kills its own process group (the JVM with it), cutting that batch, nothing of which commits
-    (its commit is one transaction) and which the next launch reads again."""
+    passed the launch kills itself and its JVM (`_end_launch`), cutting that batch, nothing of which commits (its
+    commit is one transaction) and which the next launch reads again."""
     began = threading.Event()
 
     def begin(why: str) -> None:
@@ -344,11 +344,27 @@ def graceful_stop(stop: threading.Event, grace_s: float, job: str) -> Callable[[
             console.print(f"stream {job}: the batch in flight did not commit within {grace_s:g} s of the stop; it "
                           "is cut, nothing of it commits, and the next launch reads it again", highlight=False)
             sys.stdout.flush()
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            _end_launch()
 
         threading.Thread(target=cut, name="streamfill-stop-grace", daemon=True).start()
 
     return begin
+
+
+def _end_launch() -> None:
+    """Kill this launch at once. Started by an Airflow task, the launch has a process group of its own (spark-submit's
+    JVM, this driver, its Python workers); started from a shell, the group is the shell's job, which may hold other
+    processes: then only the JVM this driver started, and this process."""
+    if os.environ.get(STOP_WITH_ENV):
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    os._exit(137)
 
 
 def watch_task(pid: str | None, stopping: Callable[[str], None], every_s: float = 1.0) -> None:

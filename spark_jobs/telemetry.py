@@ -109,7 +109,15 @@ class JobMetrics:
         self._fresh: tuple[dict, float | None] = ({}, None)  # the positions last read, and what they said
 
     def observe(self) -> None:
-        """Add what the job committed since the last look."""
+        """Add what the job committed since the last look. A failure to read offsets_db is logged and tried again
+        at the next look: metrics never stop a job."""
+        try:
+            self._observe()
+        except Exception as exc:  # noqa: BLE001 - the job's own work goes on; the next look catches up
+            log.warning("metrics of job %s: reading offsets_db failed, tried again after the next batch: %s",
+                        self.job, exc)
+
+    def _observe(self) -> None:
         with self._lock:
             for commit in self._queries.commits_since(self.engine, self.job, self._after):
                 self.commits.add(1, self.attributes)
@@ -135,8 +143,9 @@ class JobMetrics:
         last = {TopicPartition(t, p): o - 1 for t, p, o in self._queries.positions(self.engine, self.job)}
         known, newest = self._fresh
         if last != known and self.kafka:
-            stamps = Broker(self.kafka, timeout_s=5).record_timestamps(last)
-            newest = max(stamps.values()) / 1000 if stamps else newest
+            # nothing found (a transaction's marker stands before every position): no value, never a stale one
+            stamps = Broker(self.kafka, timeout_s=2).record_timestamps(last)
+            newest = max(stamps.values()) / 1000 if stamps else None
             self._fresh = (last, newest)
         if newest is not None:
             yield self._observation(newest, self.attributes)
@@ -163,8 +172,8 @@ def job_metrics(url: str, job: str, kafka: Mapping[str, str] | None = None,
     try:
         yield metrics
     finally:
+        metrics.observe()
         try:
-            metrics.observe()
             provider.shutdown()
         except Exception as exc:  # noqa: BLE001 - the launch's own outcome matters more than its last export
             log.warning("metrics: the last export failed: %s", exc)

@@ -48,3 +48,33 @@ def test_the_stream_stops_when_the_task_that_started_it_is_gone():
     assert not stopped.wait(0.2), "not while the task lives"
     task.wait()
     assert stopped.wait(5)
+
+
+def test_past_the_grace_a_launch_from_a_shell_kills_itself_and_its_children_not_its_shells_other_jobs(tmp_path):
+    """Without an Airflow task (STREAMFILL_STOP_WITH unset) the process group is the shell's: a sibling in it
+    lives on."""
+    import os
+    import signal
+
+    script = tmp_path / "launch.py"
+    script.write_text("import subprocess, sys, time\n"
+                      "from spark_jobs.stream import _end_launch\n"
+                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                      "print(child.pid, flush=True)\n"
+                      "_end_launch()\n")
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    env = {k: v for k, v in os.environ.items() if k != "STREAMFILL_STOP_WITH"}
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 137, done.stderr
+        child = int(done.stdout.split()[0])
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split(") ")[1][0] == "Z":
+                break
+            threading.Event().wait(0.1)
+        else:
+            raise AssertionError("the launch's child lives on")
+        assert sibling.poll() is None, "a process beside the launch in its group was killed"
+    finally:
+        sibling.send_signal(signal.SIGKILL)
+        sibling.wait()
