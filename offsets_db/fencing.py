@@ -73,25 +73,25 @@ def holder(s: Session | Connection, job_id: int) -> Holder | None:
     return None if row is None else Holder(*row)
 
 
+def held_sql(job_id: str) -> str:
+    """SQL that is true while a session of this database holds the advisory lock of the job whose id is the SQL
+    expression `job_id` (a live launch): for statements written as text."""
+    return (f"EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = {LOCK_SPACE} "
+            f"AND k.objid::bigint = {job_id} AND k.objsubid = 2 AND k.granted AND k.database = {THIS_DATABASE})")
+
+
 def launch_alive(cur, job: str, generation: int) -> bool:
     """On a DB-API cursor (the sink's sweep of staging tables): whether the launch of `job` that took it with
     `generation` still holds it, its session keeping the job's advisory lock."""
-    cur.execute(schema.sql("""
-        SELECT EXISTS (SELECT 1 FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
-                       JOIN pg_locks k ON k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
-                                      AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """
-                       WHERE j.name = %s AND l.generation = %s)"""), (LOCK_SPACE, job, generation))
-    return bool(cur.fetchone()[0])
+    hold = live_hold(cur, job)
+    return hold is not None and hold[0] == generation
 
 
 def live_hold(cur, job: str) -> tuple[int, datetime] | None:
     """On a DB-API cursor (the sweep of staging tables): the generation and acquisition time of the launch of
     `job` alive now, None when no launch holds it."""
-    cur.execute(schema.sql("""
-        SELECT l.generation, l.acquired_at FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
-        WHERE j.name = %s AND EXISTS (
-            SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = %s AND k.objid::bigint = l.job_id
-              AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """)"""), (job, LOCK_SPACE))
+    cur.execute(schema.sql("SELECT l.generation, l.acquired_at FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id "
+                           "WHERE j.name = %s AND " + held_sql("l.job_id")), (job,))
     row = cur.fetchone()
     return None if row is None else (int(row[0]), row[1])
 
@@ -104,10 +104,7 @@ def streams_holding(conn: Connection) -> list[str]:
     rows = conn.execute(text(schema.sql("""
         SELECT j.name, l.generation, l.run_id, l.host, l.pid, l.acquired_at
         FROM {job_leases} l JOIN {jobs} j ON j.id = l.job_id
-        WHERE j.kind = 'stream' AND EXISTS (
-            SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = :space
-              AND k.objid::bigint = l.job_id AND k.objsubid = 2 AND k.granted AND k.database = """ + THIS_DATABASE + """)
-        ORDER BY j.name""")), {"space": LOCK_SPACE}).all()
+        WHERE j.kind = 'stream' AND """ + held_sql("l.job_id") + " ORDER BY j.name"))).all()
     return [f"{name}: " + Holder(generation, run_id, host, pid, acquired_at, True).describe()
             for name, generation, run_id, host, pid, acquired_at in rows]
 

@@ -22,8 +22,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from offsets_db import schema
-from offsets_db.fencing import LOCK_SPACE
-from offsets_db.locks import THIS_DATABASE
+from offsets_db.fencing import held_sql
 from streamfill.errors import UnknownJob
 from streamfill.names import window_jobs_like
 from streamfill.retention import Retention
@@ -31,8 +30,7 @@ from streamfill.retention import Retention
 CHUNK = 500
 LOCK_TIMEOUT = "1s"
 
-_LIVE = f"""EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = {LOCK_SPACE}
-                    AND k.objid::bigint = j.id AND k.objsubid = 2 AND k.granted AND k.database = {THIS_DATABASE})"""
+_LIVE = held_sql("j.id")  # a live launch holds the job
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ Per job J:
 And streamfill_replay: a form (Params validated by JSON schema) launching a bounded backfill, then quality;
 streamfill_maintenance: daily, `streamfill db prune --apply` (history older than the STREAMFILL_RETAIN_* ages).
 
-Scheduled DAGs start paused but the maintenance DAG: unpause those you want running (a backfill's runs of a paused DAG stay queued).
+Scheduled DAGs but the maintenance DAG start paused: unpause those you want running (a backfill's runs of a
+paused DAG stay queued).
 Nothing here names a host or a credential: they come from the Airflow connections streamfill_postgres and
 streamfill_kafka and the variables streamfill_spark_master
 and streamfill_jobs_file.

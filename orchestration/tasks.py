@@ -35,10 +35,10 @@ from orchestration.connections import (
 import spark_jobs
 from spark_jobs import class_archive, py_files
 from spark_jobs.runs import flag
-from streamfill import REPO_ROOT
+from streamfill import REPO_ROOT, durations
 from streamfill.errors import OptionError, UnknownJob
-from streamfill.partitions import TopicPartition
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
+from streamfill.partitions import TopicPartition
 from streamfill.settings import STOP_WITH_ENV, get_settings
 
 log = logging.getLogger("streamfill.orchestration")
@@ -168,8 +168,9 @@ KILL_AFTER_S = 3.0  # a bounded job: Airflow's supervisor sends SIGKILL 5 s afte
 
 
 def retry_wait(grace_s: float) -> str:
-    """--wait-for-job of a stream task's launch: an earlier launch may still be committing its batch in flight."""
-    return f"{max(120, int(grace_s) + 60)}s"
+    """--wait-for-job of a stream task's launch: an earlier launch may still be committing its batch in flight
+    (its grace and a minute, RETRY_WAIT at least)."""
+    return f"{max(durations.parse_ms(RETRY_WAIT) // 1000, int(grace_s) + 60)}s"
 
 
 def _python_driver(proc: subprocess.Popen, script: str) -> int | None:

@@ -44,7 +44,7 @@ from spark_jobs.runs import (
     wait_seconds,
 )
 from spark_jobs.telemetry import exporters, job_metrics
-from streamfill.errors import Fenced, JobBusy, OptionError, StreamfillError, first_lines
+from streamfill.errors import OptionError, StreamfillError, first_lines
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
 from streamfill.settings import get_settings
@@ -240,22 +240,17 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
             if on_progress:
                 on_progress(done, total)
 
-        try:
-            with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
-                            on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
-                prep, summary = planned()  # again: another launch may have moved the job while this one waited
-                if prep.state == "complete":
-                    return summary
-                window, total = prep.window, prep.window.total
-                record(args, prep, store)
-                progressed(total - remaining(window, prep.done), total)
-                first_batch = store.last_batch_id(args.job)
-                with _no_whole_stage_codegen(spark):
-                    done = _write_chunks(args, spark, kafka, url, store, lease, prep, progressed)
-        except (JobBusy, Fenced):
-            if metrics is not None:
-                metrics.refused()
-            raise
+        with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
+                        on_wait=lambda h: err.print(f"waiting for {h.describe()}", highlight=False)) as lease:
+            prep, summary = planned()  # again: another launch may have moved the job while this one waited
+            if prep.state == "complete":
+                return summary
+            window, total = prep.window, prep.window.total
+            record(args, prep, store)
+            progressed(total - remaining(window, prep.done), total)
+            first_batch = store.last_batch_id(args.job)
+            with _no_whole_stage_codegen(spark):
+                done = _write_chunks(args, spark, kafka, url, store, lease, prep, progressed)
     summary.chunks, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
     summary.offsets = remaining(window, prep.done) - remaining(window, done)
     summary.seconds = time.monotonic() - started

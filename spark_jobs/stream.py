@@ -42,8 +42,7 @@ from spark_jobs.runs import (
 from spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 from streamfill import durations
 from streamfill.durations import stop_grace_seconds
-from streamfill.errors import (CheckpointMismatch, Fenced, ForeignCheckpoint, JobBusy, OptionError,
-                              StreamfillError)
+from streamfill.errors import CheckpointMismatch, ForeignCheckpoint, OptionError, StreamfillError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.settings import STOP_WITH_ENV, get_settings
 
@@ -208,12 +207,7 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     started = time.monotonic()
     summary = StreamSummary(args.job, "succeeded")
     with job_metrics(url, args.job, kafka) as metrics:
-        try:
-            _run_held(args, spark, kafka, url, stop, on_batch, store, summary, metrics)
-        except (JobBusy, Fenced):
-            if metrics is not None:
-                metrics.refused()
-            raise
+        _run_held(args, spark, kafka, url, stop, on_batch, store, summary, metrics)
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -10,8 +10,9 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
-from streamfill.errors import OptionError
+from streamfill.errors import Fenced, JobBusy, OptionError
 
 log = logging.getLogger("streamfill.telemetry")
 
@@ -22,10 +23,41 @@ PROMETHEUS_DEFAULTS = ("localhost", 9464)  # OpenTelemetry's defaults for the Pr
 METER = "streamfill"
 # the job's attribute: not `job`, which Prometheus gives every scraped series (the scrape job's name)
 JOB_LABEL = "streamfill_job"
-# the names a Prometheus scrape shows (the exporter adds the unit and _total), for the dashboard and alert rules
-PROMETHEUS_NAMES = ("streamfill_rows_total", "streamfill_dead_letters_total", "streamfill_data_loss_events_total",
-                    "streamfill_commits_total", "streamfill_commit_duration_seconds", "streamfill_fenced_launches_total",
-                    "streamfill_lag", "streamfill_freshness_seconds")
+COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
+
+
+@dataclass(frozen=True)
+class Instrument:
+    name: str
+    kind: str
+    unit: str
+    description: str
+
+    @property
+    def prometheus_name(self) -> str:
+        """As a Prometheus scrape shows it: dots as underscores, then the unit (seconds) and a counter's _total."""
+        base = self.name.replace(".", "_") + ("_seconds" if self.unit == "s" else "")
+        return base + ("_total" if self.kind == COUNTER else "")
+
+
+# a job's instruments, by the JobMetrics attribute (or callback) that feeds each
+INSTRUMENTS = {
+    "rows": Instrument("streamfill.rows", COUNTER, "{row}", "rows committed into the job's table"),
+    "dead_letters": Instrument("streamfill.dead_letters", COUNTER, "{record}", "records committed as dead letters"),
+    "data_loss": Instrument("streamfill.data_loss_events", COUNTER, "{event}",
+                            "data-loss events found while planning committed batches"),
+    "commits": Instrument("streamfill.commits", COUNTER, "{commit}", "batches committed"),
+    "commit_duration": Instrument("streamfill.commit.duration", HISTOGRAM, "s",
+                                  "each commit's transaction up to marking its batch"),
+    "fenced": Instrument("streamfill.fenced_launches", COUNTER, "{launch}",
+                         "launches refused or fenced because another holds the job"),
+    "_lag": Instrument("streamfill.lag", GAUGE, "{offset}",
+                       "per partition, the log end at the last planning less where the job stands (consumer_lag)"),
+    "_freshness": Instrument("streamfill.freshness", GAUGE, "s",
+                             "the Kafka timestamp of the newest committed record, seconds since the epoch"),
+}
+# what the dashboard and the alert rules of docs/metrics may read
+PROMETHEUS_NAMES = tuple(i.prometheus_name for i in INSTRUMENTS.values())
 
 
 def exporters(env: Mapping[str, str] = os.environ) -> list[str]:
@@ -87,26 +119,18 @@ class JobMetrics:
         self._observation, self._queries = Observation, queries
         self.job, self.kafka, self.attributes = job, dict(kafka or {}), {JOB_LABEL: job}
         self.engine = make_engine(url)
-        self.rows = meter.create_counter("streamfill.rows", unit="{row}",
-                                         description="rows committed into the job's table")
-        self.dead_letters = meter.create_counter("streamfill.dead_letters", unit="{record}",
-                                                 description="records committed as dead letters")
-        self.data_loss = meter.create_counter("streamfill.data_loss_events", unit="{event}",
-                                              description="data-loss events found while planning committed batches")
-        self.commits = meter.create_counter("streamfill.commits", unit="{commit}", description="batches committed")
-        self.commit_duration = meter.create_histogram(
-            "streamfill.commit.duration", unit="s", description="each commit's transaction up to marking its batch")
-        self.fenced = meter.create_counter("streamfill.fenced_launches", unit="{launch}",
-                                           description="launches refused or fenced because another holds the job")
-        meter.create_observable_gauge("streamfill.lag", callbacks=[self._lag], unit="{offset}",
-                                      description="per partition, the log end at the last planning less where "
-                                                  "the job stands (consumer_lag)")
-        meter.create_observable_gauge("streamfill.freshness", callbacks=[self._freshness], unit="s",
-                                      description="the Kafka timestamp of the newest committed record, seconds "
-                                                  "since the epoch")
+        for attribute, instrument in INSTRUMENTS.items():
+            if instrument.kind == GAUGE:
+                meter.create_observable_gauge(instrument.name, callbacks=[getattr(self, attribute)],
+                                              unit=instrument.unit, description=instrument.description)
+            else:
+                create = meter.create_counter if instrument.kind == COUNTER else meter.create_histogram
+                setattr(self, attribute, create(instrument.name, unit=instrument.unit,
+                                                description=instrument.description))
         self._lock = threading.Lock()
         self._after = queries.newest_commit(self.engine, job)
         self._fresh: tuple[dict, float | None] = ({}, None)  # the positions last read, and what they said
+        self._broker = None  # made at the first collection of freshness, then kept
 
     def observe(self) -> None:
         """Add what the job committed since the last look. A failure to read offsets_db is logged and tried again
@@ -128,9 +152,6 @@ class JobMetrics:
                     self.commit_duration.record(commit["commit_ms"] / 1000, self.attributes)
                 self._after = commit["commit_no"]
 
-    def refused(self) -> None:
-        self.fenced.add(1, self.attributes)
-
     def _lag(self, _options) -> Iterator:
         for topic, partition, lag in self._queries.lag_per_partition(self.engine, self.job):
             yield self._observation(lag, {**self.attributes, "topic": topic, "partition": partition})
@@ -143,8 +164,9 @@ class JobMetrics:
         last = {TopicPartition(t, p): o - 1 for t, p, o in self._queries.positions(self.engine, self.job)}
         known, newest = self._fresh
         if last != known and self.kafka:
+            self._broker = self._broker or Broker(self.kafka, timeout_s=2)
             # nothing found (a transaction's marker stands before every position): no value, never a stale one
-            stamps = Broker(self.kafka, timeout_s=2).record_timestamps(last)
+            stamps = self._broker.record_timestamps(last)
             newest = max(stamps.values()) / 1000 if stamps else None
             self._fresh = (last, newest)
         if newest is not None:
@@ -157,8 +179,9 @@ class JobMetrics:
 @contextmanager
 def job_metrics(url: str, job: str, kafka: Mapping[str, str] | None = None,
                 env: Mapping[str, str] = os.environ) -> Iterator[JobMetrics | None]:
-    """The launch's metrics while the block runs (None when no exporter is set); exported once more at its end,
-    so a short launch's figures (a refused one's, say) reach an OTLP collector too."""
+    """The launch's metrics while the block runs (None when no exporter is set), counting a launch refused or
+    fenced because another holds the job; exported once more at its end, so a short launch's figures (a refused
+    one's, say) reach an OTLP collector too."""
     names = exporters(env)
     if not names:
         yield None
@@ -171,6 +194,9 @@ def job_metrics(url: str, job: str, kafka: Mapping[str, str] | None = None,
     metrics = JobMetrics(provider.get_meter(METER), url, job, kafka)
     try:
         yield metrics
+    except (JobBusy, Fenced):
+        metrics.fenced.add(1, metrics.attributes)
+        raise
     finally:
         metrics.observe()
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from streamfill.errors import OptionError
+
 UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", re.IGNORECASE)
 
@@ -29,8 +31,6 @@ DEFAULT_STOP_GRACE = "60s"  # a stopped stream's time to commit its batch in fli
 
 def stop_grace_seconds(raw: str, option: str = "--stop-grace") -> float:
     """A stop grace such as 60s or 5m (a bare number is seconds), at least a second."""
-    from streamfill.errors import OptionError
-
     ms = parse_ms(raw, default_unit="s")
     if ms is None or ms < 1000:
         raise OptionError(option, raw, "is not a stop grace", "give a duration of at least 1s, such as 60s or 5m: "

@@ -107,35 +107,50 @@ def create(conn, stage: Stage, target: Target, kind: str, sweep_after_s: float, 
     conn.commit()
 
 
+def _stages(cur, schema: str | None = None) -> list[tuple[str, str, dict]]:
+    """(schema, table, its comment read as JSON) of every staging table (of one schema, when given)."""
+    cur.execute("""
+        SELECT n.nspname::text, c.relname::text, obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind = 'r' AND c.relname LIKE %s AND (%s::text IS NULL OR n.nspname = %s) ORDER BY 1, 2""",
+                (STAGE_PREFIX.replace("_", r"\_") + "%", schema, schema))
+    found = []
+    for in_schema, name, comment in cur.fetchall():
+        try:
+            found.append((in_schema, name, json.loads(comment or "{}")))
+        except ValueError:
+            continue
+    return found
+
+
+def _drop(cur, schema: str, name: str, tolerated: tuple[type[Exception], ...]) -> bool:
+    """Drop one stage in a savepoint, waiting at most a second for its lock; False (and nothing dropped) when
+    someone is using it right now or one of `tolerated` refuses it: it is left for the next sweep."""
+    cur.execute("SAVEPOINT sf_sweep")
+    try:
+        cur.execute("SET LOCAL lock_timeout = '1s'")
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
+        cur.execute("RELEASE SAVEPOINT sf_sweep")
+        return True
+    except (psycopg2.errors.LockNotAvailable, *tolerated):
+        cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
+        return False
+
+
 def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
     """Drop the schema's stages of single writes (kind `write`) whose driver died: made more than
     `older_than_s` ago and, for a job's write, whose launch no longer holds the job (a live launch may still
     commit its stage, however old). A stream's stage is never swept, nor one another session is using."""
     from offsets_db.fencing import launch_alive
 
-    cur.execute("""
-        SELECT c.relname::text, obj_description(c.oid, 'pg_class')
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE %s""",
-                (schema, STAGE_PREFIX.replace("_", r"\_") + "%"))
     dropped = []
-    for name, comment in cur.fetchall():
-        try:
-            about = json.loads(comment or "{}")
-        except ValueError:
-            continue
+    for _, name, about in _stages(cur, schema):
         if about.get("streamfill_stage") != WRITE or time.time() - float(about.get("created", 0)) < older_than_s:
             continue
         if "job" in about and launch_alive(cur, str(about["job"]), int(about["generation"])):
             continue
-        cur.execute("SAVEPOINT sf_sweep")
-        try:
-            cur.execute("SET LOCAL lock_timeout = '1s'")
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
-            cur.execute("RELEASE SAVEPOINT sf_sweep")
+        if _drop(cur, schema, name, ()):
             dropped.append(name)
-        except psycopg2.errors.LockNotAvailable:
-            cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
     if dropped:
         log.warning("schema %s: dropped %d staging table(s) of writes whose driver died: %s", schema, len(dropped),
                     ", ".join(dropped))
@@ -151,17 +166,8 @@ def unused_stream_stages(cur, older_than_s: float) -> list[tuple[str, str, dict]
     entry's columns changed, so its stage's name did). A dropped stage of a job that runs again is made again."""
     from offsets_db.fencing import live_hold
 
-    cur.execute("""
-        SELECT n.nspname::text, c.relname::text, obj_description(c.oid, 'pg_class')
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relkind = 'r' AND c.relname LIKE %s ORDER BY 1, 2""",
-                (STAGE_PREFIX.replace("_", r"\_") + "%",))
     unused = []
-    for schema, name, comment in cur.fetchall():
-        try:
-            about = json.loads(comment or "{}")
-        except ValueError:
-            continue
+    for schema, name, about in _stages(cur):
         if about.get("streamfill_stage") != STREAM or "job" not in about or \
                 time.time() - float(about.get("created", 0)) < older_than_s:
             continue
@@ -174,16 +180,9 @@ def unused_stream_stages(cur, older_than_s: float) -> list[tuple[str, str, dict]
 
 
 def drop_unused(cur, schema: str, name: str) -> bool:
-    """Drop one unused stage unless someone is using it right now (it is left for the next sweep)."""
-    cur.execute("SAVEPOINT sf_sweep")
-    try:
-        cur.execute("SET LOCAL lock_timeout = '1s'")
-        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name)))
-        cur.execute("RELEASE SAVEPOINT sf_sweep")
-        return True
-    except (psycopg2.errors.LockNotAvailable, psycopg2.errors.InsufficientPrivilege):
-        cur.execute("ROLLBACK TO SAVEPOINT sf_sweep")
-        return False
+    """Drop one unused stage unless someone is using it right now or it is another role's (left for the next
+    sweep)."""
+    return _drop(cur, schema, name, (psycopg2.errors.InsufficientPrivilege,))
 
 
 def count(cur, stage: Stage, write_ids: Sequence[str], dead_only: bool = False) -> int:
