@@ -8,16 +8,27 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-unit soak docs screenshots browser up down status bench-read clean
+.PHONY: install demo test test-unit test-matrix constraints soak docs screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# the exact versions of constraints.txt (pyproject.toml holds the ranges a team's environment may use)
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || (apt-get update -qq && apt-get install -y -qq python3.11 python3.11-venv)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+# constraints.txt anew: the newest versions pyproject.toml's ranges allow, resolved in a scratch venv
+constraints:
+	rm -rf .constraints-venv
+	$(PYTHON) -m venv .constraints-venv
+	.constraints-venv/bin/pip install -q -U pip
+	.constraints-venv/bin/pip install -q '.[dev]'
+	{ grep '^#' constraints.txt; .constraints-venv/bin/pip freeze --exclude-editable | grep -v '^streamfill'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .constraints-venv
 
 demo: install
 	$(BIN)/streamfill stack up

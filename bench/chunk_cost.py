@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from leftovers import Leftovers, measured
-from spark_jobs import backfill
+from streamfill.spark_jobs import backfill
 
 console = Console()
 HERE = Path(__file__).resolve().parent
@@ -136,7 +136,7 @@ def measure(e2e, args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
     topic = e2e.topic_with_events(bootstrap, args.events, args.partitions, made)
 
-    from spark_jobs.session import spark_session
+    from streamfill.spark_jobs.session import spark_session
 
     spark = spark_session("bench-chunks", settings, {"spark.ui.enabled": "false",
                                                      "spark.ui.showConsoleProgress": "false"})

@@ -24,13 +24,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, text
 
-from connectors.postgres import stage, target
-from connectors.postgres.sink_options import SinkOptions
-from connectors.postgres.target import Column
-from connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
+from streamfill.connectors.postgres import stage, target
+from streamfill.connectors.postgres.sink_options import SinkOptions
+from streamfill.connectors.postgres.target import Column
+from streamfill.connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
 from leftovers import scratch_database
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.store import OffsetStore
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.settings import get_settings
 
 console = Console()
@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--history-rows", type=int, default=1_000_000)
     ap.add_argument("--only", choices=("commit", "views", "stage"), help="run one of the parts")
     args = ap.parse_args()
-    from offsets_db.engine import dispose_shared
+    from streamfill.offsets_db.engine import dispose_shared
 
     # everything the run makes (jobs, tables, stages) lives in a database of its own; it touches no topic
     with scratch_database(get_settings(), "bench", before_drop=dispose_shared) as url:

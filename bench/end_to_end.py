@@ -49,11 +49,11 @@ from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
 from leftovers import Leftovers, add_keep_topic, measured
-from spark_jobs import backfill, stream
-from spark_jobs.demo.produce import ensure_topic, produce
-from spark_jobs.pipelines import entry
-from spark_jobs.pipelines.compile import parse, reader_options
-from spark_jobs.pipelines.jobs_file import jobs_file
+from streamfill.spark_jobs import backfill, stream
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.spark_jobs.pipelines import entry
+from streamfill.spark_jobs.pipelines.compile import parse, reader_options
+from streamfill.spark_jobs.pipelines.jobs_file import jobs_file
 
 console = Console()
 HERE = Path(__file__).resolve().parent
@@ -68,8 +68,8 @@ def copy_straight(spark, bootstrap: str, source: str, url: str, name: str, spec)
     import psycopg2
     from pyspark.sql import functions as F
 
-    from connectors.spark.pg_types import pg_type
-    from connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.spark.pg_types import pg_type
+    from streamfill.connectors.spark.postgres_sink import dsn
 
     kafka = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", source).option("startingOffsets", "earliest").option("endingOffsets", "latest")
@@ -91,7 +91,7 @@ def copy_straight(spark, bootstrap: str, source: str, url: str, name: str, spec)
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from connectors.postgres import copy
+        from streamfill.connectors.postgres import copy
 
         dead, seen = [], [0]
 
@@ -200,7 +200,7 @@ class Users:
     def _run(self) -> None:
         import psycopg2
 
-        from connectors.spark.postgres_sink import dsn
+        from streamfill.connectors.spark.postgres_sink import dsn
 
         analyst, dashboard = psycopg2.connect(dsn(self.url)), psycopg2.connect(dsn(self.url))
         analyst.set_session(isolation_level="REPEATABLE READ")
@@ -264,7 +264,7 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     work = made.folder(Path(tempfile.mkdtemp(prefix="bench-e2e-")))
     os.environ["STREAMFILL_JOBS_FILE"] = str(upsert_jobs_file(work))
 
-    from spark_jobs.session import spark_session
+    from streamfill.spark_jobs.session import spark_session
 
     spark = spark_session("bench-e2e", settings, {"spark.jars": ",".join(jars), "spark.ui.enabled": "false",
                                                   "spark.ui.showConsoleProgress": "false"})

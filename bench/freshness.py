@@ -36,10 +36,10 @@ from sqlalchemy import create_engine, make_url, text
 
 from end_to_end import _jars, jdbc_writer
 from leftovers import Leftovers, measured
-from spark_jobs import stream
-from spark_jobs.demo.produce import ensure_topic
-from spark_jobs.pipelines import entry
-from spark_jobs.pipelines.compile import parse
+from streamfill.spark_jobs import stream
+from streamfill.spark_jobs.demo.produce import ensure_topic
+from streamfill.spark_jobs.pipelines import entry
+from streamfill.spark_jobs.pipelines.compile import parse
 
 console = Console()
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         import psycopg2
 
-        from connectors.spark.postgres_sink import dsn
+        from streamfill.connectors.spark.postgres_sink import dsn
 
         conn = psycopg2.connect(dsn(self.url))
         conn.autocommit = True
@@ -84,7 +84,7 @@ class Watcher(threading.Thread):
 def produce(topic: str, rate: int, seconds: int, partitions: int) -> float:
     """`streamfill produce` at `rate` for `seconds` in a process of its own; returns the rate it kept."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "app.cli", "produce", "--topic", topic, "--count", str(rate * seconds),
+    subprocess.run([sys.executable, "-m", "streamfill.app.cli", "produce", "--topic", topic, "--count", str(rate * seconds),
                     "--rate", str(rate), "--partitions", str(partitions), "--bad-ratio", "0.01"], cwd=REPO,
                    check=True, capture_output=True)
     return rate * seconds / (time.monotonic() - started)
@@ -149,7 +149,7 @@ def alternative_way(spark, bootstrap: str, url: str, engine, work: Path, made: L
                     send) -> tuple[Watcher, str, float]:
     """(b): format("kafka"), the same parse, foreachBatch JDBC with a 1 s trigger, into a table made beforehand
     with an index on (topic, partition, offset), while `send(topic)` produces."""
-    from connectors.spark.pg_types import pg_type
+    from streamfill.connectors.spark.pg_types import pg_type
 
     name = f"bench_fresh_jdbc_{uuid.uuid4().hex[:8]}"
     made.table(name, f"{name}_dead")
@@ -189,7 +189,7 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
     work = made.folder(Path(tempfile.mkdtemp(prefix="bench-fresh-")))
 
-    from spark_jobs.session import spark_session
+    from streamfill.spark_jobs.session import spark_session
 
     spark = spark_session("bench-fresh", settings, {"spark.jars": ",".join(_jars(settings.home / "spark-kafka")),
                                                     "spark.ui.enabled": "false",

@@ -53,7 +53,7 @@ def drop_tables(engine, tables: list[str]) -> list[str]:
     Returns the tables dropped (those that existed), staging tables included."""
     from sqlalchemy import text
 
-    from connectors.postgres.stage import STAGE_PREFIX
+    from streamfill.connectors.postgres.stage import STAGE_PREFIX
 
     dropped: list[str] = []
     try:
@@ -120,7 +120,7 @@ class Leftovers:
     def _jobs(self) -> list[str]:
         if not self.jobs:
             return []
-        from offsets_db.store import OffsetStore
+        from streamfill.offsets_db.store import OffsetStore
 
         store = OffsetStore(self.settings.offsets_db_url)  # its engine names offsets_db's schema
         try:
@@ -166,8 +166,8 @@ def scratch_database(settings: Settings, prefix: str, before_drop: Callable[[], 
 
     from sqlalchemy import create_engine, make_url, text
 
-    from app.stack.postgres import admin_url
-    from offsets_db.migrate import upgrade
+    from streamfill.app.stack.postgres import admin_url
+    from streamfill.offsets_db.migrate import upgrade
 
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(admin_url(settings), isolation_level="AUTOCOMMIT")

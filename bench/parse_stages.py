@@ -40,12 +40,12 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from connectors.spark import register
-    from spark_jobs.demo.produce import ensure_topic, produce
-    from spark_jobs.pipelines import entry
-    from spark_jobs.pipelines.compile import CORRUPT, reader_options
-    from spark_jobs.runs import rows_of
-    from spark_jobs.session import spark_session
+    from streamfill.connectors.spark import register
+    from streamfill.spark_jobs.demo.produce import ensure_topic, produce
+    from streamfill.spark_jobs.pipelines import entry
+    from streamfill.spark_jobs.pipelines.compile import CORRUPT, reader_options
+    from streamfill.spark_jobs.runs import rows_of
+    from streamfill.spark_jobs.session import spark_session
 
     topic = made.topic(f"bench_e2e_{args.events}_{args.partitions}", shared=True)  # the topic end_to_end.py makes
     from confluent_kafka.admin import AdminClient

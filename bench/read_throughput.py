@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from connectors.kafka.reader import FETCH_DEFAULTS
+from streamfill.connectors.kafka.reader import FETCH_DEFAULTS
 from leftovers import Leftovers, add_keep_topic, measured
 from streamfill import REPO_ROOT
 
@@ -97,9 +97,9 @@ def handover_source(bootstrap: str, topic: str, partitions: int):
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from connectors.kafka.planner import OffsetRange
-    from connectors.kafka.reader import consumer_for, read_range
-    from connectors.spark.source import SCHEMA
+    from streamfill.connectors.kafka.planner import OffsetRange
+    from streamfill.connectors.kafka.reader import consumer_for, read_range
+    from streamfill.connectors.spark.source import SCHEMA
 
     kafka = {"bootstrap.servers": bootstrap, **FETCH_DEFAULTS}
     admin = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
@@ -177,8 +177,8 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     ensure_topic(bootstrap, topic, args.messages, args.partitions)
     jars = spark_kafka_jars(settings.home / "spark-kafka")
 
-    from connectors.spark import register
-    from spark_jobs.session import spark_session
+    from streamfill.connectors.spark import register
+    from streamfill.spark_jobs.session import spark_session
 
     spark = spark_session("bench-read", settings, {"spark.jars": ",".join(jars), "spark.ui.enabled": "false",
                                                    "spark.ui.showConsoleProgress": "false"})

@@ -91,10 +91,10 @@ def endpoints(batches: int) -> list[tuple[str, str]]:
 def measure(url: str, batches: int, repeat: int) -> Table:
     from fastapi.testclient import TestClient
 
-    from orchestration.ui import db
-    from orchestration.ui.access import Access
-    from orchestration.ui.auth import access, require_reader
-    from orchestration.ui.routes import create_app
+    from streamfill.orchestration.ui import db
+    from streamfill.orchestration.ui.access import Access
+    from streamfill.orchestration.ui.auth import access, require_reader
+    from streamfill.orchestration.ui.routes import create_app
 
     class EveryDag:
         """A user who may read every DAG's runs."""
@@ -135,7 +135,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    from orchestration.ui import db
+    from streamfill.orchestration.ui import db
 
     def close() -> None:
         if db._engine is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, IdentityMapper, PartitionedAssetTimetable, task
 
-from orchestration import downstream
+from streamfill.orchestration import downstream
 
 with DAG("streamfill_demo_revenue", catchup=False, max_active_runs=1, tags=["streamfill"],
          schedule=PartitionedAssetTimetable(assets=downstream.stream_asset("orders"),
@@ -17,9 +17,9 @@ with DAG("streamfill_demo_revenue", catchup=False, max_active_runs=1, tags=["str
     def revenue() -> None:
         from sqlalchemy import func, select, text
 
-        from offsets_db.announce_plan import commits_key
-        from offsets_db.engine import make_engine
-        from orchestration.tasks import endpoints
+        from streamfill.offsets_db.announce_plan import commits_key
+        from streamfill.offsets_db.engine import make_engine
+        from streamfill.orchestration.tasks import endpoints
 
         engine = make_engine(endpoints().db_url)
         try:

@@ -4,9 +4,10 @@
 #
 #   install.sh os       as root: Java 17 for Spark, which runs in local mode inside the Airflow containers
 #   install.sh python   as the environment's owner: streamfill, editable from this checkout (so the code finds
-#                       spark_jobs/*.py and dags/ beside it, as in `make install`), with its pinned
-#                       dependencies and apache-airflow held at the image's version (AIRFLOW_VERSION, which
-#                       the official image sets); then `pip check` fails the build on any broken requirement.
+#                       spark_jobs/*.py and dags/ beside it, as in `make install`), with the exact versions of
+#                       constraints.txt when the image's Airflow (AIRFLOW_VERSION, which the official image
+#                       sets) is theirs, else within pyproject.toml's ranges; apache-airflow held at the image's
+#                       version either way; then `pip check` fails the build on any broken requirement.
 #
 # PYTHON names the interpreter (default: python, the image's Airflow environment).
 set -euo pipefail
@@ -26,14 +27,17 @@ case "${1:-}" in
     ;;
   python)
     airflow=${AIRFLOW_VERSION:?set AIRFLOW_VERSION to the image\'s Airflow version}
-    pinned=$(sed -n 's/^ *"apache-airflow==\([^"]*\)".*/\1/p' "$project/pyproject.toml")
-    if [[ "$pinned" != "$airflow" ]]; then
-      echo "pyproject.toml pins apache-airflow==${pinned:-?} but the image has Airflow $airflow: make them agree" >&2
-      exit 1
+    pinned=$(sed -n 's/^apache-airflow==\(.*\)$/\1/p' "$project/constraints.txt")
+    # apache-airflow==<image's version> on the same command line: pip may move any other package, never Airflow
+    # itself (the way the image's docs and its own entrypoint add packages). The image of the constraints'
+    # Airflow gets their exact versions; another Airflow gets the newest versions pyproject.toml's ranges allow.
+    if [[ "$pinned" == "$airflow" ]]; then
+      "$python" -m pip install -c "$project/constraints.txt" "apache-airflow==$airflow" -e "$project"
+    else
+      echo "the image has Airflow $airflow and constraints.txt was tested with ${pinned:-?}: installing within" \
+           "pyproject.toml's ranges, without the constraints" >&2
+      "$python" -m pip install "apache-airflow==$airflow" -e "$project"
     fi
-    # apache-airflow==<image's version> on the same command line: pip may move any other package to the
-    # project's pins, never Airflow itself (the way the image's docs and its own entrypoint add packages)
-    "$python" -m pip install "apache-airflow==$airflow" -e "$project"
     "$python" -m pip check
     ;;
   *)

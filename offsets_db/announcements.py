@@ -22,10 +22,10 @@ from sqlalchemy import Engine, and_, exists, func, literal_column, or_, select, 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
-from offsets_db.exactly_once import job_id_of
-from offsets_db.locks import THIS_DATABASE
-from offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
+from streamfill.offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
+from streamfill.offsets_db.exactly_once import job_id_of
+from streamfill.offsets_db.locks import THIS_DATABASE
+from streamfill.offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
 ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
 

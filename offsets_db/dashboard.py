@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, column, select, table
 
-from offsets_db.schema import statement
+from streamfill.offsets_db.schema import statement
 
 from streamfill.names import parse_table
 

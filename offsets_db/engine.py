@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine
 
-from offsets_db import schema
+from streamfill.offsets_db import schema
 from streamfill.pg import connect_args
 
 

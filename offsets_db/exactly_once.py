@@ -37,9 +37,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from offsets_db import fencing, schema
-from offsets_db.locks import wait_for_lock
-from offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
+from streamfill.offsets_db import fencing, schema
+from streamfill.offsets_db.locks import wait_for_lock
+from streamfill.offsets_db.models import Batch, BatchOffset, DataLossEvent, Job, Snapshot
 from streamfill.errors import CheckpointMismatch, Fenced, ForeignCheckpoint, ProtocolError, UnknownJob
 from streamfill.names import validate_job_name
 from streamfill.partitions import Positions, TopicPartition

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from offsets_db import schema as home
-from offsets_db.schema import quote
+from streamfill.offsets_db import schema as home
+from streamfill.offsets_db.schema import quote
 from streamfill.errors import MissingGrant
 
 WRITE = ("SELECT", "INSERT", "UPDATE", "DELETE")

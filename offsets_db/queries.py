@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, select
 
-from offsets_db import schema
-from offsets_db.schema import statement
+from streamfill.offsets_db import schema
+from streamfill.offsets_db.schema import statement
 
-from offsets_db.models import Job
+from streamfill.offsets_db.models import Job
 from streamfill.errors import UnknownJob
 from streamfill.names import validate_job_name
 

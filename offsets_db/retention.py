@@ -21,8 +21,8 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from offsets_db import schema
-from offsets_db.fencing import held_sql
+from streamfill.offsets_db import schema
+from streamfill.offsets_db.fencing import held_sql
 from streamfill.errors import UnknownJob
 from streamfill.names import window_jobs_like
 from streamfill.retention import Retention

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from offsets_db import schema
+from streamfill.offsets_db import schema
 from streamfill.errors import RevisionMismatch
 
 UPGRADE = "stop the streams, then run `streamfill db upgrade` (docs/upgrading.md)"
@@ -15,7 +15,7 @@ UPGRADE = "stop the streams, then run `streamfill db upgrade` (docs/upgrading.md
 @lru_cache(maxsize=1)
 def revisions() -> tuple[str, ...]:
     """The revisions the migrations bring, oldest first; the last is the one this code needs."""
-    from offsets_db.migrate import scripts
+    from streamfill.offsets_db.migrate import scripts
 
     return tuple(reversed([r.revision for r in scripts().walk_revisions()]))
 

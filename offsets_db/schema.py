@@ -10,8 +10,8 @@ from functools import lru_cache
 
 from sqlalchemy import TextClause, text
 
-from offsets_db.models import PLACEHOLDER, Base
-from offsets_db.views import ALL as VIEW_SQL
+from streamfill.offsets_db.models import PLACEHOLDER, Base
+from streamfill.offsets_db.views import ALL as VIEW_SQL
 from streamfill.settings import Settings, get_settings
 
 VIEWS = tuple(VIEW_SQL)

@@ -15,11 +15,11 @@ from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from offsets_db import exactly_once, fencing
-from offsets_db.engine import make_engine
-from offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id_of
-from offsets_db.fencing import Holder, Lease
-from offsets_db.models import Batch, Job, QualityResult, Run, Snapshot
+from streamfill.offsets_db import exactly_once, fencing
+from streamfill.offsets_db.engine import make_engine
+from streamfill.offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id_of
+from streamfill.offsets_db.fencing import Holder, Lease
+from streamfill.offsets_db.models import Batch, Job, QualityResult, Run, Snapshot
 from streamfill.errors import CheckpointMismatch, JobKindMismatch
 from streamfill.names import validate_job_name
 
@@ -33,7 +33,7 @@ class OffsetStore:
     def check_grants(self) -> None:
         """RevisionMismatch unless offsets_db is at this code's migration revision (offsets_db.revision), then
         MissingGrant unless this role may use it as a job does (offsets_db.grants)."""
-        from offsets_db import grants, revision
+        from streamfill.offsets_db import grants, revision
 
         raw = self.engine.raw_connection()
         try:

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from offsets_db import announcements, revision
-from offsets_db.announcements import Hold, Pending
-from orchestration.airflow_api import AirflowApi
-from orchestration.connections import API_CONNECTION
+from streamfill.offsets_db import announcements, revision
+from streamfill.offsets_db.announcements import Hold, Pending
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.orchestration.connections import API_CONNECTION
 from streamfill import failpoints
 from streamfill.datasets import PgTable
 from streamfill.errors import AirflowError, UnknownJob
@@ -99,7 +99,7 @@ class Announcer:
     def _lineage(self, pending: Pending) -> None:
         """A RUNNING event of the stream's OpenLineage run for the commits announced (spark_jobs/lineage.py; off
         unless configured). Lineage is a view of the announcements: a lost one is not sent again."""
-        from spark_jobs import lineage
+        from streamfill.spark_jobs import lineage
 
         body = pending.extra["streamfill"]
         run = announcements.lineage_run_of(self.engine, self.job, body["commits"][1])

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger
 
-from orchestration.connections import API_CONNECTION, POSTGRES_CONNECTION, api_base
+from streamfill.orchestration.connections import API_CONNECTION, POSTGRES_CONNECTION, api_base
 
 
 class CommitAnnouncer(BaseEventTrigger):
@@ -40,10 +40,10 @@ class CommitAnnouncer(BaseEventTrigger):
 
         def announce(job: str, every_s: float) -> None:
             # every failure is retried: a trigger that ends leaves the table unannounced until a restart
-            from offsets_db.engine import make_engine
-            from orchestration.airflow_api import AirflowApi
-            from orchestration.announce import Announcer
-            from orchestration.connections import postgres_url
+            from streamfill.offsets_db.engine import make_engine
+            from streamfill.orchestration.airflow_api import AirflowApi
+            from streamfill.orchestration.announce import Announcer
+            from streamfill.orchestration.connections import postgres_url
 
             base = api_base(api)
             engine = make_engine(postgres_url(db))

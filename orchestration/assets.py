@@ -8,7 +8,8 @@ table: Airflow keeps one Asset per (name, uri) of a DAG file, watchers included,
 the asset with other watchers (or none) replaces the asset's watchers with that file's. A downstream DAG takes
 its asset from orchestration/downstream.py, which asks here.
 
-The database is the one the connection `streamfill_postgres` names: it is read while the DAG file is parsed."""
+The database part of the URIs is the setting STREAMFILL_ASSETS_DATABASE (streamfill/settings.py): parsing a DAG
+file reads no connection, variable or database for it."""
 
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from dataclasses import dataclass
 
 from airflow.sdk import Asset
 
-from orchestration.connections import POSTGRES_CONNECTION, postgres_url
-from spark_jobs.pipelines import PipelineSpec
+from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.datasets import PgTable
-from streamfill.errors import OptionError
+from streamfill.settings import get_settings
 
 WATCHER = "streamfill_announcer"  # the name of a table's watcher in Airflow (one per asset)
 
@@ -32,16 +32,8 @@ class EntryAssets:
 
 
 def database_url() -> str:
-    """The URL of `streamfill_postgres` (Airflow's connection, from its secrets backend or environment)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        return postgres_url(BaseHook.get_connection(POSTGRES_CONNECTION))
-    except AirflowNotFoundException:
-        raise OptionError(f"connection {POSTGRES_CONNECTION}", None, "is not defined, and the DAGs name their "
-                          "tables' assets by its database", "define it (Admin > Connections, or AIRFLOW_CONN_"
-                          f"{POSTGRES_CONNECTION.upper()}); docs/infrastructure.md lists it") from None
+    """The database that names the tables' assets (STREAMFILL_ASSETS_DATABASE and its defaults)."""
+    return get_settings().assets_database_url
 
 
 def of_entries(specs: Iterable[PipelineSpec], db_url: str) -> dict[str, EntryAssets]:
@@ -78,6 +70,6 @@ def _uri(db_url: str, table: str) -> str:
 def _watcher(uri: str, announce_every: dict[str, float]):
     from airflow.sdk import AssetWatcher
 
-    from orchestration.announcer_trigger import CommitAnnouncer
+    from streamfill.orchestration.announcer_trigger import CommitAnnouncer
 
     return AssetWatcher(name=WATCHER, trigger=CommitAnnouncer(uri, announce_every))

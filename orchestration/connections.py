@@ -1,10 +1,13 @@
 """The Airflow connections of a Kafka cluster and of a schema registry, and the settings they stand for.
 
-Connection `streamfill_kafka` (any type; `generic` in the local stack): host and port or the extra
-`bootstrap_servers`; login and password for SASL; the extras `security_protocol`, `sasl_mechanism`,
-`ssl_ca_location`, `ssl_certificate_location`, `ssl_key_location` and `ssl_key_password` (streamfill.kafka_client's
-fields). Connection `streamfill_schema_registry`: the extra `url` (or the host, a URL), login and password.
-Airflow masks the password and any extra named like a secret in its logs and UI.
+Connection `streamfill_kafka`, either of the apache-kafka provider's type `kafka`, whose extra is the librdkafka
+configuration itself (`bootstrap.servers`, `security.protocol`, `sasl.username`, `sasl.password`, ...; the login
+and password fill `sasl.username` and `sasl.password` when the extra does not), or of streamfill's type
+`streamfill_kafka` (any other type reads the same way): host and port or the extra `bootstrap_servers`; login and
+password for SASL; the extras `security_protocol`, `sasl_mechanism`, `ssl_ca_location`, `ssl_certificate_location`,
+`ssl_key_location`, `ssl_key_password` and `group_id` (streamfill.kafka_client's fields). Connection
+`streamfill_schema_registry`: the extra `url` (or the host, a URL), login and password. Airflow masks the password
+and any extra named like a secret in its logs and UI.
 """
 
 from __future__ import annotations
@@ -24,24 +27,33 @@ SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
 API_CONNECTION = "streamfill_airflow_api"
 PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
+PROVIDER_KAFKA_TYPE = "kafka"  # the apache-kafka provider's connection type: its extra is librdkafka's config
 
 
 def kafka_client(conn) -> dict[str, str]:
     """librdkafka settings of an Airflow Connection (secrets included: for a client or a job's environment)."""
     extra = conn.extra_dejson
-    conf = {"bootstrap.servers": str(extra.get("bootstrap_servers") or f"{conn.host}:{conn.port or 9092}")}
-    for field, prop in CLIENT_FIELDS.items():
-        if field != "bootstrap_servers" and extra.get(field) not in (None, ""):
-            conf[prop] = str(extra[field])
-    if conn.login:
+    if conn.conn_type == PROVIDER_KAFKA_TYPE:
+        conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()}
+        if not conf.get("bootstrap.servers"):
+            raise OptionError(f"extra of connection {KAFKA_CONNECTION}", None, "has no bootstrap.servers (a "
+                              "connection of type kafka holds librdkafka's configuration in its extra)",
+                              'Add "bootstrap.servers": "host:9092" to the extra (Admin > Connections)')
+    else:
+        conf = {"bootstrap.servers": str(extra.get("bootstrap_servers") or f"{conn.host}:{conn.port or 9092}")}
+        for field, prop in CLIENT_FIELDS.items():
+            if field != "bootstrap_servers" and extra.get(field) not in (None, ""):
+                conf[prop] = str(extra[field])
+    if conn.login and "sasl.username" not in conf:
         conf["sasl.username"] = conn.login
-    if conn.password:
+    if conn.password and "sasl.password" not in conf:
         conf["sasl.password"] = conn.password
     for field, known in (("security_protocol", SECURITY_PROTOCOLS), ("sasl_mechanism", SASL_MECHANISMS)):
         prop = CLIENT_FIELDS[field]
         if prop in conf:
             if conf[prop].upper() not in known:
-                raise OptionError(f"extra {field} of connection {KAFKA_CONNECTION}", conf[prop],
+                key = prop if conn.conn_type == PROVIDER_KAFKA_TYPE else field
+                raise OptionError(f"extra {key} of connection {KAFKA_CONNECTION}", conf[prop],
                                   f"is not one of {', '.join(known)}", "Fix the connection (Admin > Connections)")
             conf[prop] = conf[prop].upper()
     return conf

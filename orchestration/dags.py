@@ -34,11 +34,11 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
-from connectors.postgres.sink_options import APPEND_NEW, MODES, REPLACE
-from orchestration import assets, dag_ids
-from orchestration.jobs_file import pin
-from spark_jobs.backfill_plan import DEFAULT_CHUNK
-from spark_jobs.pipelines import PipelineSpec, load
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, MODES, REPLACE
+from streamfill.orchestration import assets, dag_ids
+from streamfill.orchestration.jobs_file import pin
+from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
+from streamfill.spark_jobs.pipelines import PipelineSpec, load
 from streamfill.names import window_job
 
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
@@ -50,9 +50,9 @@ JOBS: dict[str, PipelineSpec] = {}
 
 @task
 def run_stream(job: str) -> None:
-    from orchestration import tasks
-    from spark_jobs.runs import argv
-    from spark_jobs.stream import StreamArgs
+    from streamfill.orchestration import tasks
+    from streamfill.spark_jobs.runs import argv
+    from streamfill.spark_jobs.stream import StreamArgs
     from streamfill.durations import stop_grace_seconds
 
     spec, ctx = JOBS[job], get_current_context()
@@ -66,7 +66,7 @@ def run_stream(job: str) -> None:
 
 @task
 def check_health(job: str) -> None:
-    from orchestration import tasks
+    from streamfill.orchestration import tasks
 
     spec, ends = JOBS[job], tasks.endpoints()
     health = tasks.health(ends.db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
@@ -79,9 +79,9 @@ def check_health(job: str) -> None:
 
 @task
 def backfill_window(job: str) -> str:
-    from orchestration import tasks
-    from spark_jobs.backfill import BackfillArgs
-    from spark_jobs.runs import argv
+    from streamfill.orchestration import tasks
+    from streamfill.spark_jobs.backfill import BackfillArgs
+    from streamfill.spark_jobs.runs import argv
 
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
@@ -96,7 +96,7 @@ def backfill_window(job: str) -> str:
 def announce_window(job: str, window_job: str) -> None:
     """The window's asset event: its start as the partition key, what it committed in the extra (the task's
     outlet is the windows' table)."""
-    from orchestration import tasks
+    from streamfill.orchestration import tasks
 
     ctx = get_current_context()
     key, extra = tasks.window_event(tasks.endpoints().db_url, job, window_job, ctx["data_interval_start"],
@@ -122,10 +122,10 @@ def validate_replay() -> dict:
     """Checks the form before Spark starts: that its user may replay the entry into the table
     (orchestration/replay_access.py), then against the broker and offsets_db (from after to, unknown
     partitions, times in the future, ranges below the log start)."""
-    from connectors.kafka.broker import Broker
-    from offsets_db.store import OffsetStore
-    from orchestration import replay_access, tasks
-    from spark_jobs import backfill
+    from streamfill.connectors.kafka.broker import Broker
+    from streamfill.offsets_db.store import OffsetStore
+    from streamfill.orchestration import replay_access, tasks
+    from streamfill.spark_jobs import backfill
     from streamfill.errors import OptionError
 
     ctx = get_current_context()
@@ -150,9 +150,9 @@ def validate_replay() -> dict:
 
 @task
 def run_replay(plan: dict) -> str:
-    from orchestration import replay_access, tasks
-    from spark_jobs.backfill import BackfillArgs
-    from spark_jobs.runs import argv
+    from streamfill.orchestration import replay_access, tasks
+    from streamfill.spark_jobs.backfill import BackfillArgs
+    from streamfill.spark_jobs.runs import argv
 
     # the plan as it is launched, however it reached this task (a cleared task reads it from XCom again): its
     # topic and job are the entry's and the form's again, never whatever the plan says
@@ -169,8 +169,8 @@ def run_replay(plan: dict) -> str:
 @task
 def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = False,
             fresh_minutes: int | None = None) -> None:
-    from orchestration import tasks
-    from spark_jobs import quality as q
+    from streamfill.orchestration import tasks
+    from streamfill.spark_jobs import quality as q
 
     ends = tasks.endpoints()
     outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
@@ -235,8 +235,8 @@ def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
 
 @task
 def prune_history() -> None:
-    from orchestration import tasks
-    from spark_jobs.maintenance import prune
+    from streamfill.orchestration import tasks
+    from streamfill.spark_jobs.maintenance import prune
     from streamfill.settings import get_settings
 
     apply = bool(get_current_context()["params"]["apply"])

@@ -2,7 +2,7 @@
 tables, the streamfill part of the events that triggered a run, and the rows those events cover.
 
     from airflow.sdk import DAG, IdentityMapper, PartitionedAssetTimetable, task
-    from orchestration import downstream
+    from streamfill.orchestration import downstream
 
     with DAG("orders_report", schedule=PartitionedAssetTimetable(assets=downstream.stream_asset("orders"),
                                                                   default_partition_mapper=IdentityMapper())):
@@ -24,10 +24,10 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from offsets_db.announce_plan import from_extra
-from orchestration import assets
-from orchestration.jobs_file import pin
-from spark_jobs.pipelines import load
+from streamfill.offsets_db.announce_plan import from_extra
+from streamfill.orchestration import assets
+from streamfill.orchestration.jobs_file import pin
+from streamfill.spark_jobs.pipelines import load
 from streamfill.names import parse_table
 
 

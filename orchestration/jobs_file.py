@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from spark_jobs.pipelines import JobsFileError
-from spark_jobs.pipelines import jobs_file as default_jobs_file
+from streamfill.spark_jobs.pipelines import JobsFileError
+from streamfill.spark_jobs.pipelines import jobs_file as default_jobs_file
 
 VARIABLE = "streamfill_jobs_file"
 ENV = "STREAMFILL_JOBS_FILE"

@@ -19,8 +19,8 @@ import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 
-from orchestration import dag_ids
-from spark_jobs.pipelines import PipelineSpec
+from streamfill.orchestration import dag_ids
+from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.errors import StreamfillError
 
 # how Airflow records a run started by its own CLI (DagRunTriggeredByType): on a host with its database
@@ -103,9 +103,9 @@ def ask(dag_id: str, run_id: str, dags: list[str]) -> Trigger:
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    from orchestration.airflow_api import AirflowApi
-    from orchestration.connections import API_CONNECTION, api_base
-    from orchestration.ui import PREFIX, TRIGGER_ACCESS
+    from streamfill.orchestration.airflow_api import AirflowApi
+    from streamfill.orchestration.connections import API_CONNECTION, api_base
+    from streamfill.orchestration.ui import PREFIX, TRIGGER_ACCESS
 
     what = f"who triggered {dag_id} run {run_id}"
     fix = (f"the connection {API_CONNECTION} must name Airflow's API (host: its base URL) and a user who may read "

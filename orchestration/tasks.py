@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from offsets_db import queries, revision
-from offsets_db.engine import make_engine
-from orchestration import dag_ids
-from orchestration.connections import (
+from streamfill.offsets_db import queries, revision
+from streamfill.offsets_db.engine import make_engine
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.connections import (
     POSTGRES_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
     kafka_client,
@@ -32,9 +32,9 @@ from orchestration.connections import (
     schema_registry_client,
     schema_registry_env,
 )
-import spark_jobs
-from spark_jobs import class_archive, py_files
-from spark_jobs.runs import flag
+from streamfill import spark_jobs
+from streamfill.spark_jobs import class_archive, py_files
+from streamfill.spark_jobs.runs import flag
 from streamfill import REPO_ROOT, durations
 from streamfill.errors import OptionError, UnknownJob
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
@@ -225,7 +225,7 @@ def lineage_parent(context=None):
     """The OpenLineage run of the Airflow task running now (spark_jobs.lineage_events.Parent), with the ids
     Airflow's OpenLineage provider gives the task and its DAG run, so the job's events join the provider's in one
     graph; None outside a task. The namespace is the provider's: OPENLINEAGE_NAMESPACE, else `default`."""
-    from spark_jobs.lineage_events import Parent, airflow_dag_run_id, airflow_task_run_id
+    from streamfill.spark_jobs.lineage_events import Parent, airflow_dag_run_id, airflow_task_run_id
 
     if context is None:
         from airflow.sdk import get_current_context
@@ -246,8 +246,8 @@ def window_event(db_url: str, entry: str, job: str, start: datetime, end: dateti
     """(partition key, extra) of the asset event of a window's run: the window's start as the key, and what this
     pass of the window's job committed (rows, dead letters, offsets per partition), marked as a re-run from its
     second pass on."""
-    from offsets_db.announce_plan import WINDOW, WINDOW_KEY_FORMAT, to_extra
-    from offsets_db.announcements import newest_pass
+    from streamfill.offsets_db.announce_plan import WINDOW, WINDOW_KEY_FORMAT, to_extra
+    from streamfill.offsets_db.announcements import newest_pass
 
     engine = make_engine(db_url)
     try:
@@ -264,7 +264,7 @@ def window_event(db_url: str, entry: str, job: str, start: datetime, end: dateti
 
 def replay_job(job: str, from_: str, to: str, table: str) -> str:
     """The same replay asked twice is the same job: append-new then changes nothing, replace rewrites."""
-    from spark_jobs.backfill import backfill_job
+    from streamfill.spark_jobs.backfill import backfill_job
 
     return backfill_job(job, from_, to, table, kind="replay")
 
@@ -301,7 +301,7 @@ def health(db_url: str, job: str, max_commit_age: timedelta, max_lag: int, kafka
 def at_log_end(kafka: Mapping[str, str], positions: Mapping[TopicPartition, int]) -> bool:
     """Whether every partition's next offset is the broker's log end now (the last stable offset, as the
     source reads)."""
-    from connectors.kafka.broker import Broker
+    from streamfill.connectors.kafka.broker import Broker
 
     ends = Broker(kafka, timeout_s=10).watermarks(sorted(positions))
     return all(offset >= ends[tp][1] for tp, offset in positions.items())

@@ -20,12 +20,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from connectors.kafka.broker import Broker
-from connectors.postgres.sink_options import APPEND_NEW, MODES
-from offsets_db.fencing import Lease
-from offsets_db.store import OffsetStore
-from spark_jobs.backfill_plan import DEFAULT_CHUNK, Window, next_chunk, parse_spec, progress, remaining, resolve_window
-from spark_jobs.runs import (
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, MODES
+from streamfill.offsets_db.fencing import Lease
+from streamfill.offsets_db.store import OffsetStore
+from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK, Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from streamfill.spark_jobs.runs import (
     NamesAnEntry,
     console,
     entry_of,
@@ -43,7 +43,7 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
-from spark_jobs.telemetry import exporters, job_metrics
+from streamfill.spark_jobs.telemetry import exporters, job_metrics
 from streamfill.errors import OptionError, StreamfillError, first_lines
 from streamfill.names import default_table, parse_table, validate_job_name
 from streamfill.partitions import TopicPartition, to_json_shape
@@ -196,7 +196,7 @@ def check_table(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str) -
     """The sink's check of --table on the driver, as the stream does before it records anything: a table that
     does not fit never leaves a plan behind. Nothing is created or added yet: the chunks' writes do that, under
     the launch's hold on the job."""
-    from connectors.spark.postgres_sink import prepare_table
+    from streamfill.connectors.spark.postgres_sink import prepare_table
 
     prepare_table(sink_options(args.spec, args.job, args.table, args.mode, url),
                   rows_of(args.spec, _kafka(spark, args, kafka, url)).schema, change=False)
@@ -208,7 +208,7 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
 
     Every argument and the table are checked first; then the launch takes the job (refused, or waiting with
     --wait-for-job, while another launch holds it), decides again under that hold, and records its plan."""
-    from connectors.spark import register
+    from streamfill.connectors.spark import register
 
     exporters()  # OTEL_METRICS_EXPORTER checked before anything is recorded
     store = OffsetStore(url)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import accumulate
 
-from connectors.kafka import offsets, planner
-from connectors.kafka.offsets import (
+from streamfill.connectors.kafka import offsets, planner
+from streamfill.connectors.kafka.offsets import (
     Earliest,
     GlobalTimestamp,
     Latest,

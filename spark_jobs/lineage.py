@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from openlineage.client.event_v2 import RunEvent, RunState
 
-from spark_jobs.lineage_events import DEFAULT_NAMESPACE, NAMESPACE_SETTING, Named, Parent, run_event
+from streamfill.spark_jobs.lineage_events import DEFAULT_NAMESPACE, NAMESPACE_SETTING, Named, Parent, run_event
 from streamfill.errors import OptionError, first_lines
 
 log = logging.getLogger("streamfill.lineage")

@@ -30,8 +30,8 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.uuid import generate_static_uuid
 
-from spark_jobs.pipelines.spec import COORDINATES, PipelineSpec
-from spark_jobs.pipelines.types import parse_type
+from streamfill.spark_jobs.pipelines.spec import COORDINATES, PipelineSpec
+from streamfill.spark_jobs.pipelines.types import parse_type
 from streamfill.errors import OptionError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from offsets_db.retention import Removed
+from streamfill.offsets_db.retention import Removed
 from streamfill.retention import Retention
 
 STAGES_WHAT = "staging tables no running launch uses"
@@ -29,10 +29,10 @@ def prune(url: str, retention: Retention, *, apply: bool, jobs: Sequence[str] | 
           progress: Callable[[str], None] = print) -> Pruned:
     """Prune offsets_db at `retention`'s ages, then drop the staging tables no running launch uses (or, with
     apply False, say what would go); of every job, or of the jobs named."""
-    from connectors.postgres import stage
-    from offsets_db import retention as history
-    from offsets_db import revision
-    from offsets_db.engine import make_engine
+    from streamfill.connectors.postgres import stage
+    from streamfill.offsets_db import retention as history
+    from streamfill.offsets_db import revision
+    from streamfill.offsets_db.engine import make_engine
 
     engine = make_engine(url)
     try:

@@ -18,11 +18,12 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from streamfill import SUBPACKAGES
 from streamfill.errors import OptionError, StreamfillError
 
 OVERRIDE_ENV = "STREAMFILL_SPARK_PY_FILES"
 # what the jobs import, on the driver and in the executors: the layering keeps them off orchestration and app
-PACKAGES = ("connectors", "offsets_db", "spark_jobs", "streamfill")
+PACKAGES = ("streamfill", "streamfill.connectors", "streamfill.offsets_db", "streamfill.spark_jobs")
 # the archives Spark puts on a Python worker's sys.path (PySpark's SparkContext.PACKAGE_EXTENSIONS, less .jar)
 IMPORTABLE = (".zip", ".egg")
 _STAMP = (1980, 1, 1, 0, 0, 0)  # every entry's time, so the same files make the same bytes
@@ -55,14 +56,17 @@ def package_roots(names: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
 
 def archive_files(roots: Mapping[str, Path]) -> list[tuple[str, Path]]:
     """(name in the archive, file) for every file of the packages, sorted; compiled caches and hidden files are
-    left out, package data is not."""
+    left out, package data is not. The base package's folder holds the subpackages in an installed wheel (and
+    not in a checkout): they come from their own roots, and those the jobs do not import stay out."""
     out = []
     for name, root in roots.items():
         for path in root.rglob("*"):
             rel = path.relative_to(root)
+            if name == "streamfill" and len(rel.parts) > 1 and rel.parts[0] in SUBPACKAGES:
+                continue
             if path.is_file() and "__pycache__" not in rel.parts and path.suffix not in (".pyc", ".pyo") \
                     and not any(part.startswith(".") for part in rel.parts):
-                out.append((f"{name}/{rel.as_posix()}", path))
+                out.append((f"{name.replace('.', '/')}/{rel.as_posix()}", path))
     return sorted(out)
 
 
@@ -116,7 +120,7 @@ def driver_paths(home: Path) -> dict[str, str]:
     """STREAMFILL_HOME and STREAMFILL_JOBS_FILE as this install resolves them, for a driver under spark-submit
     --py-files: it imports the project from the archive, where their defaults (beside the repository,
     streamfill.REPO_ROOT) would name paths inside the zip."""
-    from spark_jobs.pipelines import jobs_file
+    from streamfill.spark_jobs.pipelines import jobs_file
 
     return {"STREAMFILL_HOME": str(home), "STREAMFILL_JOBS_FILE": str(jobs_file())}
 

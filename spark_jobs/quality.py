@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from offsets_db import reconcile
-from offsets_db.engine import make_engine
-from offsets_db.store import OffsetStore
-from spark_jobs import lineage, pipelines
-from spark_jobs.lineage_events import Parent, assertions_facet, assertions_of, input_dataset, quality_job
-from spark_jobs.pipelines import expectations, registry
+from streamfill.offsets_db import reconcile
+from streamfill.offsets_db.engine import make_engine
+from streamfill.offsets_db.store import OffsetStore
+from streamfill.spark_jobs import lineage, pipelines
+from streamfill.spark_jobs.lineage_events import Parent, assertions_facet, assertions_of, input_dataset, quality_job
+from streamfill.spark_jobs.pipelines import expectations, registry
 from streamfill.datasets import PgTable
 from streamfill.errors import QualityFailed
 

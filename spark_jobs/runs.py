@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import make_url
 
-from offsets_db.fencing import Lease
-from offsets_db.store import OffsetStore
-from spark_jobs import pipelines
-from spark_jobs.pipelines import PipelineSpec, registry
+from streamfill.offsets_db.fencing import Lease
+from streamfill.offsets_db.store import OffsetStore
+from streamfill.spark_jobs import pipelines
+from streamfill.spark_jobs.pipelines import PipelineSpec, registry
 from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.kafka_client import describe
@@ -102,7 +102,7 @@ def _typed(f: dataclasses.Field, value: str):
 
 
 def job_session(app_name: str, master: str | None = None, settings: Settings | None = None):
-    from spark_jobs.session import spark_session
+    from streamfill.spark_jobs.session import spark_session
 
     settings = settings or get_settings()
     if master:
@@ -140,7 +140,7 @@ def kafka_options(kafka: Mapping[str, str]) -> dict[str, str]:
 
 def reader_options(spec: PipelineSpec) -> dict[str, str]:
     """The read's options that have it type the entry's values where it can (compile.reader_options)."""
-    from spark_jobs.pipelines.compile import reader_options as options
+    from streamfill.spark_jobs.pipelines.compile import reader_options as options
 
     return options(spec)
 
@@ -149,7 +149,7 @@ def rows_of(spec: PipelineSpec, kafka):
     """The entry's parse; without dead letters, invalid records are left out of the table (and counted nowhere)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.pipelines.compile import parse
+    from streamfill.spark_jobs.pipelines.compile import parse
 
     rows = parse(kafka, spec)
     return rows if spec.dead_letters else rows.where(F.col("_error").isNull()).drop("_error", "_raw")
@@ -175,7 +175,7 @@ def lineage_io(spec: PipelineSpec, topics: list[str], kafka: Mapping[str, str], 
                processing: str = "BATCH") -> LineageIO:
     """The topics an entry's launch reads (a pattern stands for the topics it matches) and the table it writes
     with the columns the entry gives it."""
-    from spark_jobs.lineage_events import output_dataset, schema_facet
+    from streamfill.spark_jobs.lineage_events import output_dataset, schema_facet
     from streamfill.datasets import KafkaTopic, PgTable
 
     servers = kafka.get("bootstrap.servers", "")
@@ -190,8 +190,8 @@ def recorded_run(store: OffsetStore, job: str, spark_app_id: str | None = None,
     launched it (it exports AIRFLOW_CTX_* to the tasks it runs). Ends as succeeded, stopped (on request or
     Ctrl-C) or failed. Its OpenLineage run (when lineage is configured: spark_jobs/lineage.py) starts and ends
     with it, under the parent run OPENLINEAGE_PARENT_ID names; launches found lost end as ABORT."""
-    from spark_jobs import lineage
-    from spark_jobs.lineage_events import Parent
+    from streamfill.spark_jobs import lineage
+    from streamfill.spark_jobs.lineage_events import Parent
 
     parent = Parent.parse(os.environ)
     lineage_id, lost = lineage.new_run_id(), []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import class_archive, py_files
+from streamfill.spark_jobs import class_archive, py_files
 from streamfill import failpoints
 from streamfill.settings import Settings, get_settings
 

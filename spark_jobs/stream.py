@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.kafka.offsets import parse_start, start_option
-from offsets_db.store import OffsetStore
-from spark_jobs.runs import (
+from streamfill.connectors.kafka.offsets import parse_start, start_option
+from streamfill.offsets_db.store import OffsetStore
+from streamfill.spark_jobs.runs import (
     NamesAnEntry,
     console,
     entry_of,
@@ -39,7 +39,7 @@ from spark_jobs.runs import (
     unreachable,
     wait_seconds,
 )
-from spark_jobs.telemetry import JobMetrics, exporters, job_metrics
+from streamfill.spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 from streamfill import durations
 from streamfill.durations import stop_grace_seconds
 from streamfill.errors import CheckpointMismatch, ForeignCheckpoint, OptionError, StreamfillError
@@ -152,8 +152,8 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
     here, so a mismatch is refused before anything is read or recorded; with `change` False only checked (before
     the launch holds its job). `generation` is this launch's hold on the job: its plans and commits carry it."""
-    from connectors.spark import register
-    from connectors.spark.postgres_sink import prepare_table
+    from streamfill.connectors.spark import register
+    from streamfill.connectors.spark.postgres_sink import prepare_table
 
     register(spark)
     spec = args.spec
@@ -186,7 +186,7 @@ def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None
 def check_access(args: StreamArgs, kafka: Mapping[str, str]) -> None:
     """The cluster takes the launch's credentials and lets its user read the topics it names (a pattern's are
     checked as the source plans them): a refusal comes before a table is made or the job recorded."""
-    from connectors.kafka.broker import Broker
+    from streamfill.connectors.kafka.broker import Broker
 
     kind, topics = args.subscription
     Broker(kafka).readable([t for t in topics.split(",") if t] if kind == "subscribe" else [])

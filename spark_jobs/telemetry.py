@@ -113,8 +113,8 @@ class JobMetrics:
     def __init__(self, meter, url: str, job: str, kafka: Mapping[str, str] | None = None) -> None:
         from opentelemetry.metrics import Observation
 
-        from offsets_db import queries
-        from offsets_db.engine import make_engine
+        from streamfill.offsets_db import queries
+        from streamfill.offsets_db.engine import make_engine
 
         self._observation, self._queries = Observation, queries
         self.job, self.kafka, self.attributes = job, dict(kafka or {}), {JOB_LABEL: job}
@@ -158,7 +158,7 @@ class JobMetrics:
 
     def _freshness(self, _options) -> Iterator:
         """Read from Kafka only when the job's position moved since the last collection."""
-        from connectors.kafka.broker import Broker
+        from streamfill.connectors.kafka.broker import Broker
         from streamfill.partitions import TopicPartition
 
         last = {TopicPartition(t, p): o - 1 for t, p, o in self._queries.positions(self.engine, self.job)}

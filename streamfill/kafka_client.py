@@ -8,11 +8,15 @@ and the Airflow connection KAFKA_CONNECTION (login, password, and the extras bel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 KAFKA_CONNECTION = "streamfill_kafka"  # the Airflow connection of the cluster
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# mechanisms librdkafka knows that streamfill is not tested with (token providers, Kerberos): refused at launch
+UNSUPPORTED_MECHANISMS = ("OAUTHBEARER", "GSSAPI")
+DEFAULT_GROUP_ID = "streamfill-reader"  # the reader's consumer group: it assigns partitions and never commits
 
 # field (setting STREAMFILL_KAFKA_<FIELD>, connection extra <field>) -> librdkafka property
 CLIENT_FIELDS = {
@@ -25,7 +29,10 @@ CLIENT_FIELDS = {
     "ssl_certificate_location": "ssl.certificate.location",
     "ssl_key_location": "ssl.key.location",
     "ssl_key_password": "ssl.key.password",
+    "group_id": "group.id",
 }
+# the setting that carries every other librdkafka property, as a JSON object (a `kafka` connection's extra)
+CONFIG_SETTING = "STREAMFILL_KAFKA_CONFIG"
 SECRET_PROPERTIES = frozenset({"sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.key.pem",
                                "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",
                                "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config"})
@@ -48,8 +55,11 @@ def redact(conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def settings_env(conf: Mapping[str, str]) -> dict[str, str]:
-    """`conf` as the STREAMFILL_KAFKA_* environment of a launched job (properties without a field are left out)."""
-    return {f"STREAMFILL_KAFKA_{field.upper()}": conf[prop] for field, prop in CLIENT_FIELDS.items() if prop in conf}
+    """`conf` as the STREAMFILL_KAFKA_* environment of a launched job: a setting per field, the other properties
+    together in STREAMFILL_KAFKA_CONFIG."""
+    env = {f"STREAMFILL_KAFKA_{field.upper()}": conf[prop] for field, prop in CLIENT_FIELDS.items() if prop in conf}
+    others = {k: v for k, v in conf.items() if k not in CLIENT_FIELDS.values()}
+    return {**env, CONFIG_SETTING: json.dumps(others, sort_keys=True)} if others else env
 
 
 def setting_names(prop: str) -> str:

@@ -27,7 +27,7 @@ def job_generation(opts: Mapping[str, str], job: str | None, needed_by: str | No
     if raw is None:
         if needed_by is not None:
             raise OptionError("jobGeneration", None, f"is needed by {needed_by}", "Take the job first and pass its "
-                              "generation to the read and the write (connectors.spark.hold_job), or run it as "
+                              "generation to the read and the write (streamfill.connectors.spark.hold_job), or run it as "
                               "`streamfill backfill`")
         return None
     if job is None or not raw.isdigit() or int(raw) < 1:

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
 from streamfill.names import PLAIN_NAME
-from streamfill.kafka_client import CLIENT_FIELDS, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from streamfill.kafka_client import CLIENT_FIELDS, DEFAULT_GROUP_ID, SASL_MECHANISMS, SECURITY_PROTOCOLS
 from streamfill.retention import DEFAULT as DEFAULT_RETENTION
 from streamfill.retention import Retention, parse_age, written
 
@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    assets_database: str | None = Field(
+        None, pattern=r"^[a-z][a-z0-9+]*://[^/]+/[^/?#]+$",
+        description="the database that names the tables' Airflow Assets (postgres://host:port/database, the "
+                    "host and database a downstream DAG declares them with); defaults to STREAMFILL_DB_URL's, "
+                    "else the local stack's postgres://127.0.0.1:5432/streamfill")
     db_schema: str = Field(OFFSETS_DB_SCHEMA, pattern=PLAIN_NAME,
                            description="the PostgreSQL schema that holds offsets_db's tables and views")
     pg_sslmode: PgSslMode | None = Field(None, description="libpq's sslmode for the local stack's databases; "
@@ -60,6 +65,10 @@ class Settings(BaseSettings):
     kafka_ssl_certificate_location: Path | None = Field(None, description="client certificate (mutual TLS)")
     kafka_ssl_key_location: Path | None = Field(None, description="client private key (mutual TLS)")
     kafka_ssl_key_password: SecretStr | None = None
+    kafka_group_id: str | None = Field(None, min_length=1, description="the reader's consumer group id (ACLs may "
+                                       f"limit a user to some groups); {DEFAULT_GROUP_ID} by default")
+    kafka_config: SecretStr | None = Field(None, description="any other librdkafka properties, as a JSON object "
+                                           "(it may hold secrets)")
     schema_registry_port: int = Field(8081, ge=1, le=65535, description="the local stack's schema registry")
     schema_registry_url: str | None = Field(None, description="a Confluent-compatible schema registry; defaults "
                                             "to the local stack's")
@@ -112,6 +121,12 @@ class Settings(BaseSettings):
         return self._stack_db_url(self.db_name)
 
     @property
+    def assets_database_url(self) -> str:
+        """The database part of the tables' Asset URIs: a setting, read without Airflow's connections, so a DAG
+        file parses with no connection, variable or database reachable."""
+        return self.assets_database or self.db_url or f"postgres://{self.host}:{self.pg_port}/{self.db_name}"
+
+    @property
     def airflow_db_url(self) -> str:
         return self._stack_db_url(self.airflow_db_name)
 
@@ -146,12 +161,31 @@ class Settings(BaseSettings):
 
     def kafka_client(self) -> dict[str, str]:
         """The cluster's librdkafka settings (secrets included: hand them to a client, never to a log)."""
-        conf = {"bootstrap.servers": self.bootstrap_servers}
+        conf = {**self.kafka_properties(), "bootstrap.servers": self.bootstrap_servers}
         for field, prop in CLIENT_FIELDS.items():
             value = getattr(self, f"kafka_{field}")
             if field != "bootstrap_servers" and value is not None:
                 conf[prop] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
         return conf
+
+    def kafka_properties(self) -> dict[str, str]:
+        """STREAMFILL_KAFKA_CONFIG's librdkafka properties."""
+        return json.loads(self.kafka_config.get_secret_value()) if self.kafka_config else {}
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _a_json_object(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        try:
+            found = json.loads(value.get_secret_value())
+        except ValueError:
+            found = None
+        if not isinstance(found, dict) or not all(isinstance(v, (str, int, float, bool)) for v in found.values()):
+            # the value itself is not shown: it may hold a password
+            raise ValueError("STREAMFILL_KAFKA_CONFIG is not a JSON object of librdkafka properties, e.g. "
+                             '{"client.id": "orders", "ssl.endpoint.identification.algorithm": "none"}')
+        return SecretStr(json.dumps({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in found.items()}))
 
     @property
     def kafka_secured_servers(self) -> str:
@@ -214,7 +248,10 @@ def get_settings() -> Settings:
         first = exc.errors()[0]
         name = f"STREAMFILL_{str(first['loc'][0]).upper()}"
         problem = first["msg"].removeprefix("Value error, ").replace(f"{name}={first['input']!r} ", "")
-        raise OptionError(name, first["input"], problem, f"Fix {name} or unset it") from None
+        field = Settings.model_fields.get(str(first["loc"][0]))
+        secret = field is not None and "SecretStr" in str(field.annotation)
+        shown = "<not shown: it may hold a secret>" if secret else first["input"]
+        raise OptionError(name, shown, problem, f"Fix {name} or unset it") from None
 
 
 def default_db_url() -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-from app.stack.airflow import reserialize
-from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi
+from streamfill.app.stack.airflow import reserialize
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi
 
 
 def replay_form_offers(api: AirflowApi, settings, job: str, timeout: float = 180) -> None:

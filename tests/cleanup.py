@@ -12,7 +12,7 @@ import urllib.error
 
 from sqlalchemy import create_engine, text
 
-from orchestration import dag_ids
+from streamfill.orchestration import dag_ids
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 
@@ -55,7 +55,7 @@ def _files(settings: Settings, since_job_id: int, names: list[str]) -> list[str]
 def _dags(settings: Settings, since_job_id: int, names: list[str]) -> list[str]:
     if not names:
         return []
-    from orchestration.airflow_api import AirflowApi
+    from streamfill.orchestration.airflow_api import AirflowApi
 
     api, out = AirflowApi(settings), []
     for name in names:
@@ -70,7 +70,7 @@ def _dags(settings: Settings, since_job_id: int, names: list[str]) -> list[str]:
 
 
 def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list[str]:
-    from spark_jobs.pipelines import load
+    from streamfill.spark_jobs.pipelines import load
 
     entries = sorted(load())
     engine = create_engine(settings.offsets_db_url)

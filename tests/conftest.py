@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from app import stack
+from streamfill.app import stack
 from tests import shared_run
 from streamfill.settings import Settings
 
@@ -124,9 +124,9 @@ def topic_name() -> str:
 def spark(stack_settings: Settings, tmp_path_factory):
     """One local SparkSession for the run, with streamfill's data sources registered; its JVM starts as every
     launch's does, with the class archive `stack up` builds (built here when the stack was already up)."""
-    from app.stack.spark import Spark
-    from connectors.spark import register
-    from spark_jobs.session import spark_session
+    from streamfill.app.stack.spark import Spark
+    from streamfill.connectors.spark import register
+    from streamfill.spark_jobs.session import spark_session
 
     with shared_run.one_at_a_time(shared_run.run_dir(tmp_path_factory), "class-archive"):
         Spark(stack_settings).prepare()

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, make_url, text
 
-from app.stack.postgres import admin_url
-from streamfill import REPO_ROOT
+from streamfill.app.stack.postgres import admin_url
+from streamfill import REPO_ROOT, SUBPACKAGES
 from streamfill.settings import Settings
 
-PACKAGES = ("app", "connectors", "offsets_db", "orchestration", "spark_jobs", "streamfill")
+PACKAGES = ("streamfill", *SUBPACKAGES)
 FAB = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 # the processes of an Airflow deployment the tests need (no triggerer: no task defers); the scheduler's log server
 # would listen on every interface (app/stack/airflow.py), and the API server reads the task logs from disk anyway
@@ -39,6 +39,13 @@ COMPONENTS = {"api-server": ["api-server"], "scheduler": ["scheduler", "--skip-s
 PYSPARK_SCRIPTS = ("spark-submit", "find-spark-home", "find_spark_home.py")
 
 
+def checkout_version() -> str:
+    """The version setuptools-scm gives a build of this checkout (from its git tags)."""
+    from setuptools_scm import get_version
+
+    return get_version(root=str(REPO_ROOT))
+
+
 def build_wheel(dest: Path) -> Path:
     """The project's wheel, built from a copy of what it packages: pip builds in the source tree, and the
     working tree is shared with other processes."""
@@ -47,8 +54,10 @@ def build_wheel(dest: Path) -> Path:
         shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
+    # the copy has no .git: it gets the checkout's version from git (setuptools-scm), as a wheel built there would
+    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": checkout_version()}
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist"),
-                           f"{source}/"], capture_output=True, text=True, timeout=600)
+                           f"{source}/"], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return next((dest / "dist").glob("streamfill-*.whl"))
 

@@ -7,15 +7,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.stack.postgres import Postgres
+from streamfill.app.stack.postgres import Postgres
 from streamfill.settings import Settings
 
 
 @contextmanager
 def private_postgres(stack_settings: Settings, ports: range) -> Iterator[Postgres]:
     """A PostgreSQL of its own on the first free port of `ports`, with offsets_db installed; removed at the end."""
-    from app.stack.process import port_free
-    from offsets_db.migrate import upgrade
+    from streamfill.app.stack.process import port_free
+    from streamfill.offsets_db.migrate import upgrade
 
     port = next(p for p in ports if port_free(stack_settings.host, p))
     settings = Settings(home=stack_settings.home / f"test-pg-{uuid.uuid4().hex[:8]}", pg_port=port, db_url=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from spark_jobs.runs import console
+from streamfill.spark_jobs.runs import console
 from streamfill.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, help="offsets_db in PostgreSQL.")
@@ -21,10 +21,10 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
     stream holds its job: stop the streams first (docs/upgrading.md)."""
     from sqlalchemy.exc import OperationalError
 
-    from offsets_db.engine import make_engine
-    from offsets_db.fencing import streams_holding
-    from offsets_db.migrate import upgrade as migrate
-    from spark_jobs.runs import fail, safe_url, unreachable
+    from streamfill.offsets_db.engine import make_engine
+    from streamfill.offsets_db.fencing import streams_holding
+    from streamfill.offsets_db.migrate import upgrade as migrate
+    from streamfill.spark_jobs.runs import fail, safe_url, unreachable
 
     url = get_settings().offsets_db_url
     try:
@@ -57,8 +57,8 @@ def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (b
     needs to resume. A dry run unless --apply (docs/operations.md#retention)."""
     from sqlalchemy.exc import OperationalError
 
-    from spark_jobs.maintenance import prune as run_prune
-    from spark_jobs.runs import fail, say, unreachable
+    from streamfill.spark_jobs.maintenance import prune as run_prune
+    from streamfill.spark_jobs.runs import fail, say, unreachable
     from streamfill.errors import RevisionMismatch, UnknownJob
 
     settings = get_settings()
@@ -104,7 +104,7 @@ def grants(
     """Print the SQL a DBA runs once to create streamfill's three roles with the least privileges they need."""
     from sqlalchemy import make_url
 
-    from offsets_db import grants as roles
+    from streamfill.offsets_db import grants as roles
 
     settings = get_settings()
     for name in target_schema:

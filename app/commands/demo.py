@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from connectors.postgres.sink_options import REPLACE
-from orchestration import dag_ids
-from spark_jobs.runs import console, fail, say
+from streamfill.connectors.postgres.sink_options import REPLACE
+from streamfill.orchestration import dag_ids
+from streamfill.spark_jobs.runs import console, fail, say
 from streamfill.settings import Settings, get_settings
 
 WINDOW_TABLE = "orders_window"
@@ -84,8 +84,8 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
     runs as (key, commits, state, orders, revenue, runs of the key)."""
     from sqlalchemy import text
 
-    from offsets_db import announcements
-    from offsets_db.announce_plan import commits_key, cover_problems
+    from streamfill.offsets_db import announcements
+    from streamfill.offsets_db.announce_plan import commits_key, cover_problems
     from streamfill.errors import AirflowError
 
     deadline = time.monotonic() + 3 * spec.announce_every_s + 180
@@ -114,12 +114,12 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
 def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
     from sqlalchemy import func, select
 
-    from app.stack.airflow import reserialize
-    from offsets_db import announcements, queries
-    from offsets_db.engine import make_engine
-    from orchestration.airflow_api import AirflowApi
-    from spark_jobs.demo.produce import ensure_topic, produce
-    from spark_jobs.pipelines import load
+    from streamfill.app.stack.airflow import reserialize
+    from streamfill.offsets_db import announcements, queries
+    from streamfill.offsets_db.engine import make_engine
+    from streamfill.orchestration.airflow_api import AirflowApi
+    from streamfill.spark_jobs.demo.produce import ensure_topic, produce
+    from streamfill.spark_jobs.pipelines import load
     from streamfill.errors import AirflowError
 
     spec = load()["orders"]

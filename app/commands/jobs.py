@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from spark_jobs.runs import console, fail
+from streamfill.spark_jobs.runs import console, fail
 
 app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs file (one per topic).")
 
@@ -17,8 +17,8 @@ app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs f
 @app.command("list")
 def list_jobs() -> None:
     """Every entry with its source, format, table and the DAGs it gives."""
-    from orchestration import dag_ids
-    from spark_jobs.pipelines import jobs_file, load
+    from streamfill.orchestration import dag_ids
+    from streamfill.spark_jobs.pipelines import jobs_file, load
     from streamfill.errors import StreamfillError
 
     try:
@@ -40,9 +40,9 @@ def list_jobs() -> None:
 def check(file: Annotated[Optional[Path], typer.Argument(
         help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
     """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
-    from spark_jobs.pipelines import load, read, registry
-    from spark_jobs.pipelines.expectations import extra
-    from spark_jobs.pipelines.spec import COORDINATES
+    from streamfill.spark_jobs.pipelines import load, read, registry
+    from streamfill.spark_jobs.pipelines.expectations import extra
+    from streamfill.spark_jobs.pipelines.spec import COORDINATES
     from streamfill.errors import StreamfillError
 
     try:

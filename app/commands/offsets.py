@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from spark_jobs.runs import console, fail, unreachable
+from streamfill.spark_jobs.runs import console, fail, unreachable
 from streamfill import durations
 from streamfill.settings import get_settings
 
@@ -68,8 +68,8 @@ def parse_since(raw: str | None, now: datetime | None = None) -> datetime | None
 def _show(view: str, job: str, topic: str | None, since: str | None, fmt: OutputFormat, limit: int) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from offsets_db import queries
-    from offsets_db.engine import make_engine
+    from streamfill.offsets_db import queries
+    from streamfill.offsets_db.engine import make_engine
     from streamfill.errors import StreamfillError
 
     when = parse_since(since)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from spark_jobs.runs import console, err, fail
+from streamfill.spark_jobs.runs import console, err, fail
 from streamfill.settings import get_settings
 
 
@@ -23,7 +23,7 @@ def produce(
     """Send demo order events to Kafka; bad ones are invalid JSON, miss fields, have wrong types or ranges."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from spark_jobs.demo import produce as demo
+    from streamfill.spark_jobs.demo import produce as demo
     from streamfill.errors import StreamfillError
 
     key = None if key_field.lower() == "none" else key_field

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from spark_jobs.runs import console, fail, unreachable
+from streamfill.spark_jobs.runs import console, fail, unreachable
 from streamfill.settings import get_settings
 
 
@@ -22,10 +22,10 @@ def quality(
     """Run the suite: one PASS or FAIL line per expectation, stored in quality_results; exit 1 on a failure."""
     from sqlalchemy.exc import OperationalError
 
-    from offsets_db import queries
-    from offsets_db.engine import make_engine
-    from spark_jobs import pipelines
-    from spark_jobs import quality as q
+    from streamfill.offsets_db import queries
+    from streamfill.offsets_db.engine import make_engine
+    from streamfill.spark_jobs import pipelines
+    from streamfill.spark_jobs import quality as q
     from streamfill.errors import QualityFailed, StreamfillError
 
     url = get_settings().offsets_db_url

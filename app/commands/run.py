@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from spark_jobs.backfill_plan import DEFAULT_CHUNK
-from spark_jobs.runs import fail
+from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
+from streamfill.spark_jobs.runs import fail
 
 JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
 PipelineOpt = Annotated[Optional[str], typer.Option(
@@ -42,7 +42,7 @@ def stream(
     master: MasterOpt = None,
 ) -> None:
     """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
-    from spark_jobs import stream as job_module
+    from streamfill.spark_jobs import stream as job_module
     from streamfill.errors import StreamfillError
 
     try:
@@ -70,7 +70,7 @@ def backfill(
     master: MasterOpt = None,
 ) -> None:
     """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
-    from spark_jobs import backfill as job_module
+    from streamfill.spark_jobs import backfill as job_module
     from streamfill.errors import StreamfillError
 
     try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.stack.airflow import Airflow
-from app.stack.kafka import Kafka
-from app.stack.postgres import Postgres
-from app.stack.process import port_free, tail
-from app.stack.schema_registry import SchemaRegistry
-from app.stack.service import Service, Status
-from app.stack.spark import Spark
-from offsets_db.migrate import upgrade
+from streamfill.app.stack.airflow import Airflow
+from streamfill.app.stack.kafka import Kafka
+from streamfill.app.stack.postgres import Postgres
+from streamfill.app.stack.process import port_free, tail
+from streamfill.app.stack.schema_registry import SchemaRegistry
+from streamfill.app.stack.service import Service, Status
+from streamfill.app.stack.spark import Spark
+from streamfill.offsets_db.migrate import upgrade
 from streamfill.errors import StackError
 from streamfill.settings import Settings
 

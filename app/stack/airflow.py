@@ -16,13 +16,13 @@ import urllib.request
 from pathlib import Path
 
 
-from app.stack.kafka import ensure_secrets
-from app.stack.pidfile import cmdline, pid_alive
-from app.stack.process import UMASK, children, spawn, wait_until
-from app.stack.secret_file import ensure_secret, generate_password
-from app.stack.service import ProcessGroupService, Status
+from streamfill.app.stack.kafka import ensure_secrets
+from streamfill.app.stack.pidfile import cmdline, pid_alive
+from streamfill.app.stack.process import UMASK, children, spawn, wait_until
+from streamfill.app.stack.secret_file import ensure_secret, generate_password
+from streamfill.app.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
-from orchestration.connections import (
+from streamfill.orchestration.connections import (
     API_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
     kafka_connection,

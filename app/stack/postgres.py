@@ -18,13 +18,13 @@ import psycopg2
 from psycopg2 import sql
 from psycopg2.extensions import encrypt_password
 
-from app.stack.logrotate import MAX_BYTES, prune, rotate
-from app.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
-from app.stack.pidfile import cmdline, pid_alive
-from app.stack.process import wait_until
-from app.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
-from app.stack.service import Service, Status
-from app.stack.tls import ensure_server_pem, split_pem, stack_hosts
+from streamfill.app.stack.logrotate import MAX_BYTES, prune, rotate
+from streamfill.app.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
+from streamfill.app.stack.pidfile import cmdline, pid_alive
+from streamfill.app.stack.process import wait_until
+from streamfill.app.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
+from streamfill.app.stack.service import Service, Status
+from streamfill.app.stack.tls import ensure_server_pem, split_pem, stack_hosts
 from streamfill.errors import StackError
 from streamfill.settings import Settings
 

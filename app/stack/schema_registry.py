@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from app.stack.pidfile import pid_alive
-from app.stack.process import spawn, wait_until
-from app.stack.service import ProcessGroupService, Status
+from streamfill.app.stack.pidfile import pid_alive
+from streamfill.app.stack.process import spawn, wait_until
+from streamfill.app.stack.service import ProcessGroupService, Status
 from streamfill.errors import StackError
 
 APICURIO_VERSION = "3.0.9"

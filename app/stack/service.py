@@ -6,8 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.stack.pidfile import live_pid, started_at
-from app.stack.process import stop_group
+from streamfill.app.stack.pidfile import live_pid, started_at
+from streamfill.app.stack.process import stop_group
 from streamfill.settings import Settings
 
 

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from app.stack.service import Service, Status
+from streamfill.app.stack.service import Service, Status
 from streamfill.errors import StackError
 
 
@@ -32,7 +32,7 @@ class Spark(Service):
     def prepare(self) -> str:
         """The driver's class archive, built the first time (about half a minute): each launch's JVM then
         starts faster. Says what it did; a failure leaves launches as they were."""
-        from spark_jobs import class_archive
+        from streamfill.spark_jobs import class_archive
 
         return class_archive.build(self.settings.home)[1]
 

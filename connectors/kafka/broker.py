@@ -10,11 +10,11 @@ from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaE
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, OffsetSpec
 
-from connectors.kafka.client import not_authorized, refusal
-from connectors.kafka.offsets import Watermarks
-from connectors.kafka.subscription import TopicMetadata
+from streamfill.connectors.kafka.client import not_authorized, refusal
+from streamfill.connectors.kafka.offsets import Watermarks
+from streamfill.connectors.kafka.subscription import TopicMetadata
 from streamfill.errors import BrokerError, OptionError
-from streamfill.kafka_client import describe
+from streamfill.kafka_client import DEFAULT_GROUP_ID, describe
 from streamfill.partitions import TopicPartition
 
 # librdkafka properties that make sense for a consumer but not for an AdminClient
@@ -57,7 +57,8 @@ class Broker:
         self._refused: str | None = None  # the client's credentials or trust refused: retrying cannot help
         self._allowed: set[tuple[str, str]] = set()  # (topic, operation) the broker said this user may do
         conf = {k: v for k, v in self.kafka.items() if k not in _CONSUMER_ONLY}
-        self._admin = AdminClient({**conf, "log_level": conf.get("log_level", "3"), "error_cb": self._on_error})
+        admin = {k: v for k, v in conf.items() if k != "group.id"}  # a consumer's property: AdminClient warns
+        self._admin = AdminClient({**admin, "log_level": conf.get("log_level", "3"), "error_cb": self._on_error})
         committed = self.kafka.get("isolation.level", "read_committed") == "read_committed"
         self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
 
@@ -164,7 +165,7 @@ class Broker:
         wanted = {tp: off for tp, off in offsets.items() if off >= 0}
         if not wanted:
             return {}
-        consumer = Consumer({**self.kafka, "group.id": "streamfill-timestamps", "enable.auto.commit": False,
+        consumer = Consumer({"group.id": DEFAULT_GROUP_ID, **self.kafka, "enable.auto.commit": False,
                              "enable.auto.offset.store": False, "log_level": self.kafka.get("log_level", "3")})
         found: dict[TopicPartition, int] = {}
         left = dict(wanted)

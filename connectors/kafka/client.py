@@ -14,7 +14,13 @@ import re
 from collections.abc import Mapping
 
 from streamfill.errors import OptionError
-from streamfill.kafka_client import SASL_MECHANISMS, SECURITY_PROTOCOLS, describe, setting_names
+from streamfill.kafka_client import (
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    UNSUPPORTED_MECHANISMS,
+    describe,
+    setting_names,
+)
 
 _JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)\s*(?P<opts>.*?)\s*;?\s*$",
                    re.DOTALL)
@@ -33,7 +39,12 @@ def client_config(kafka: Mapping[str, str]) -> dict[str, str]:
         conf["security.protocol"] = _one_of(conf["security.protocol"], SECURITY_PROTOCOLS, "security.protocol")
     for key in ("sasl.mechanism", "sasl.mechanisms"):
         if key in conf:
-            conf["sasl.mechanism"] = _one_of(conf.pop(key), SASL_MECHANISMS, key)
+            conf["sasl.mechanism"] = _mechanism(conf.pop(key), key)
+    if conf.get("security.protocol", "").startswith("SASL") and "sasl.mechanism" not in conf \
+            and "sasl.jaas.config" not in conf:
+        raise OptionError("kafka.sasl.mechanism", None, f"is not set for {conf['security.protocol']}, and "
+                          "librdkafka would then use GSSAPI (Kerberos), which streamfill does not support",
+                          f"Set it to one of {', '.join(SASL_MECHANISMS)}")
     if "sasl.jaas.config" in conf:
         _from_jaas(conf, conf.pop("sasl.jaas.config"))
     _trust_store(conf)
@@ -41,6 +52,15 @@ def client_config(kafka: Mapping[str, str]) -> dict[str, str]:
     if conf.get("ssl.endpoint.identification.algorithm") == "":
         conf["ssl.endpoint.identification.algorithm"] = "none"  # Java's empty value: no host name check
     return conf
+
+
+def _mechanism(value: str, key: str) -> str:
+    if value.upper() in UNSUPPORTED_MECHANISMS:
+        raise OptionError(f"kafka.{key}", value, "is not supported: streamfill authenticates to Kafka with "
+                          f"{', '.join(SASL_MECHANISMS)} over SASL, or a client certificate over SSL",
+                          "Use one of those (docs/kafka-security.md); a cluster that accepts only OAuth tokens or "
+                          "Kerberos cannot be read by this version")
+    return _one_of(value, SASL_MECHANISMS, key)
 
 
 def _one_of(value: str, known: tuple[str, ...], key: str) -> str:
@@ -58,7 +78,7 @@ def _from_jaas(conf: dict[str, str], jaas: str) -> None:
         module = found["module"] if found else "no login module"
         raise OptionError("kafka.sasl.jaas.config", shown, f"names {module}; only PlainLoginModule and "
                           "ScramLoginModule lines translate to librdkafka", "Give kafka.sasl.username and "
-                          "kafka.sasl.password instead (or librdkafka's own settings for OAUTHBEARER or GSSAPI)")
+                          "kafka.sasl.password instead")
     options = {m["key"]: (m["quoted"] if m["quoted"] is not None else m["bare"])
                for m in _JAAS_OPTION.finditer(found["opts"])}
     options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in options.items()}

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from connectors.kafka.offsets import Watermarks
+from streamfill.connectors.kafka.offsets import Watermarks
 from streamfill.errors import DataLossError
 from streamfill.partitions import Positions, TopicPartition
 

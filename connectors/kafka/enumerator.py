@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from connectors.kafka import data_loss, planner
-from connectors.kafka.broker import Broker
-from connectors.kafka.data_loss import DataLoss
-from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, TimestampByPartition, Watermarks, resolve
-from connectors.kafka.options import SourceOptions
-from connectors.kafka.planner import OffsetRange
-from connectors.kafka.subscription import SubscribePattern
+from streamfill.connectors.kafka import data_loss, planner
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.data_loss import DataLoss
+from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, TimestampByPartition, Watermarks, resolve
+from streamfill.connectors.kafka.options import SourceOptions
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka.subscription import SubscribePattern
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.broker import Broker
 from streamfill.errors import OptionError
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, is_secret, settings_env
 from streamfill.partitions import TopicPartition

@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from connectors.kafka.client import client_config
-from connectors.kafka.json_values import JsonColumns
-from connectors.kafka.offsets import (
+from streamfill.connectors.kafka.client import client_config
+from streamfill.connectors.kafka.json_values import JsonColumns
+from streamfill.connectors.kafka.offsets import (
     Earliest,
     GlobalTimestamp,
     Latest,
@@ -23,7 +23,7 @@ from connectors.kafka.offsets import (
     parse_spec,
     per_partition,
 )
-from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
+from streamfill.connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
 from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.names import validate_job_name
@@ -31,7 +31,7 @@ from streamfill.options import boolean, job_generation
 from streamfill.partitions import TopicPartition
 
 # Spark manages these itself; so do we.
-FORBIDDEN_KAFKA = {"group.id", "enable.auto.commit", "auto.offset.reset", "key.deserializer",
+FORBIDDEN_KAFKA = {"enable.auto.commit", "auto.offset.reset", "key.deserializer",
                    "value.deserializer"}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from connectors.kafka.offsets import Watermarks
+from streamfill.connectors.kafka.offsets import Watermarks
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 

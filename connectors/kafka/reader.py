@@ -20,10 +20,11 @@ import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from connectors.kafka.client import not_authorized, refusal
-from connectors.kafka.data_loss import DataLoss, enforce
-from connectors.kafka.json_values import JsonColumns
-from connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka.client import not_authorized, refusal
+from streamfill.connectors.kafka.data_loss import DataLoss, enforce
+from streamfill.connectors.kafka.json_values import JsonColumns
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.kafka_client import DEFAULT_GROUP_ID
 from streamfill.errors import BrokerError
 from streamfill.kafka_client import describe
 
@@ -61,7 +62,7 @@ def consumer_for(kafka: Mapping[str, str]) -> Consumer:
                 _refusals.setdefault(key, found)
 
         _consumers[key] = Consumer({
-            "group.id": "streamfill-reader",
+            "group.id": DEFAULT_GROUP_ID,
             "isolation.level": "read_committed",
             **FETCH_DEFAULTS,
             **kafka,

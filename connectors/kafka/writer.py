@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka.client import not_authorized, refusal
+from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill import failpoints
 from streamfill.errors import BrokerError
 from streamfill.kafka_client import describe

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from connectors.postgres.copy import WRITE_ID
-from connectors.postgres.sink_options import REPLACE
-from connectors.postgres.stage import Stage
-from connectors.postgres.target import Target, normal_type
-from offsets_db.locks import table_holders, wait_for_lock
+from streamfill.connectors.postgres.copy import WRITE_ID
+from streamfill.connectors.postgres.sink_options import REPLACE
+from streamfill.connectors.postgres.stage import Stage
+from streamfill.connectors.postgres.target import Target, normal_type
+from streamfill.offsets_db.locks import table_holders, wait_for_lock
 from streamfill.errors import SinkError
 
 log = logging.getLogger("streamfill.postgres_move")

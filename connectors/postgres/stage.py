@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import psycopg2.errors
 from psycopg2 import sql
 
-from connectors.postgres.copy import WRITE_ID
-from connectors.postgres.sink_options import DEAD_LETTER_COLUMNS, KAFKA_COORDINATES
-from connectors.postgres.target import Target, existing_columns, normal_type
+from streamfill.connectors.postgres.copy import WRITE_ID
+from streamfill.connectors.postgres.sink_options import DEAD_LETTER_COLUMNS, KAFKA_COORDINATES
+from streamfill.connectors.postgres.target import Target, existing_columns, normal_type
 
 log = logging.getLogger("streamfill.postgres_stage")
 
@@ -141,7 +141,7 @@ def sweep_orphans(cur, schema: str, older_than_s: float) -> list[str]:
     """Drop the schema's stages of single writes (kind `write`) whose driver died: made more than
     `older_than_s` ago and, for a job's write, whose launch no longer holds the job (a live launch may still
     commit its stage, however old). A stream's stage is never swept, nor one another session is using."""
-    from offsets_db.fencing import launch_alive
+    from streamfill.offsets_db.fencing import launch_alive
 
     dropped = []
     for _, name, about in _stages(cur, schema):
@@ -164,7 +164,7 @@ def unused_stream_stages(cur, older_than_s: float) -> list[tuple[str, str, dict]
     """(schema, table, its comment) of each stream stage no running launch uses, made more than `older_than_s`
     ago: its job is held by no live launch, or by one (older than `STARTING_S`) that made another stage (the
     entry's columns changed, so its stage's name did). A dropped stage of a job that runs again is made again."""
-    from offsets_db.fencing import live_hold
+    from streamfill.offsets_db.fencing import live_hold
 
     unused = []
     for schema, name, about in _stages(cur):

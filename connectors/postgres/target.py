@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
-from offsets_db.locks import SHORT_TRY, table_holders, wait_for_lock
+from streamfill.offsets_db.locks import SHORT_TRY, table_holders, wait_for_lock
 from streamfill.errors import SinkError
 
 log = logging.getLogger("streamfill.postgres_target")
@@ -67,7 +67,7 @@ def schema_or_current(cur, schema: str | None) -> str:
     over offsets_db's own (which a role named like it finds first, through "$user")."""
     if schema is not None:
         return schema
-    from offsets_db import schema as offsets_db
+    from streamfill.offsets_db import schema as offsets_db
 
     cur.execute("SELECT s FROM unnest(current_schemas(false)) s WHERE s <> %s LIMIT 1", (offsets_db.name(),))
     found = cur.fetchone()

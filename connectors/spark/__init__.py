@@ -15,8 +15,8 @@ def register(spark: SparkSession) -> None:
     make it the calling thread's active session: a streaming writer looks Python data sources up in the thread's
     active session, which in a new thread can be a streaming query's clone made before the registration (a
     foreachBatch query's, say) or none."""
-    from connectors.spark.postgres_sink import PostgresSink
-    from connectors.spark.source import KafkaDataSource
+    from streamfill.connectors.spark.postgres_sink import PostgresSink
+    from streamfill.connectors.spark.source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(PostgresSink)
@@ -35,7 +35,7 @@ def hold_job(job: str, url: str | None = None, *, kind: str = "backfill", wait: 
             df.write.format("streamfill_postgres")...option("job", "orders-replay")
                 .option("jobGeneration", generation).save()
     """
-    from offsets_db.store import OffsetStore
+    from streamfill.offsets_db.store import OffsetStore
     from streamfill.settings import default_db_url
 
     store = OffsetStore(url or default_db_url())

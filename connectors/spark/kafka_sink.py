@@ -22,9 +22,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from connectors.kafka.client import client_config
-from connectors.kafka.writer import write_batches
-from connectors.spark import worker_gc
+from streamfill.connectors.kafka.client import client_config
+from streamfill.connectors.kafka.writer import write_batches
+from streamfill.connectors.spark import worker_gc
 from streamfill.errors import OptionError
 
 # set by the sink itself
@@ -82,7 +82,7 @@ def check_access(opts: KafkaSinkOptions) -> None:
     """On the driver, before any task sends, for a client with credentials or TLS: the cluster accepts them,
     and its authorizer lets the user write the `topic` option's topic (a topic column's topics are checked by
     each delivery). A broker that does not answer is left to the tasks, whose delivery errors name it."""
-    from connectors.kafka.broker import Broker
+    from streamfill.connectors.kafka.broker import Broker
     from streamfill.errors import BrokerError
 
     if opts.kafka.get("security.protocol", "PLAINTEXT") == "PLAINTEXT":

@@ -30,19 +30,19 @@ from psycopg2 import sql
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from connectors.postgres import copy, kept, move, sink_options, stage, target
-from connectors.postgres.sink_options import REPLACE, SinkOptions
-from connectors.postgres.stage import Stage
-from connectors.postgres.target import Column, Target
-from connectors.spark import worker_gc
-from connectors.spark.pg_types import pg_type
+from streamfill.connectors.postgres import copy, kept, move, sink_options, stage, target
+from streamfill.connectors.postgres.sink_options import REPLACE, SinkOptions
+from streamfill.connectors.postgres.stage import Stage
+from streamfill.connectors.postgres.target import Column, Target
+from streamfill.connectors.spark import worker_gc
+from streamfill.connectors.spark.pg_types import pg_type
 from streamfill import failpoints
 from streamfill.errors import SinkError
 from streamfill.partitions import TopicPartition
 
 if TYPE_CHECKING:  # the driver's and the commit's side (SQLAlchemy, offsets_db) is imported where it runs, so a
     # task's cold Python worker loads only what a task uses: psycopg2, pyarrow, pgpq
-    from offsets_db.exactly_once import StagedDeadLetters
+    from streamfill.offsets_db.exactly_once import StagedDeadLetters
 
 log = logging.getLogger("streamfill.postgres_sink")
 
@@ -152,7 +152,7 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
 def _require_grants(conn, opts) -> None:
     """offsets_db is at this code's migration revision, and a job's role may write it and its table
     (docs/infrastructure.md): either failing fails the launch here, before anything is recorded, naming the fix."""
-    from offsets_db import grants, revision
+    from streamfill.offsets_db import grants, revision
 
     with conn.cursor() as cur:
         revision.check(cur)
@@ -168,7 +168,7 @@ def _require_grants(conn, opts) -> None:
 def _require_offsets_db(conn, url: str) -> None:
     from sqlalchemy import make_url
 
-    from offsets_db import exactly_once
+    from streamfill.offsets_db import exactly_once
 
     if not exactly_once.installed(conn):
         raise SinkError(f"the database at {make_url(url).render_as_string()} has no offsets_db tables, and a "
@@ -268,7 +268,7 @@ class _Staged:
 
     @property
     def dead_letters(self) -> StagedDeadLetters | None:
-        from offsets_db.exactly_once import StagedDeadLetters
+        from streamfill.offsets_db.exactly_once import StagedDeadLetters
 
         return StagedDeadLetters(self.plan.stage.dead_ident, self.write_ids) if self.plan.stage.dead_letters \
             else None
@@ -329,9 +329,9 @@ def _cleanup(plan: SinkPlan) -> None:
 
 
 def _commit(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], spark_batch_id: int | None) -> None:
-    from connectors.spark.tracking import mirror_to_group
-    from offsets_db import exactly_once
-    from offsets_db.engine import shared_engine
+    from streamfill.connectors.spark.tracking import mirror_to_group
+    from streamfill.offsets_db import exactly_once
+    from streamfill.offsets_db.engine import shared_engine
 
     worker_gc.settle()  # after the imports above: the first commit in a worker loads the protocol
     failpoints.hit("sink.staged")

@@ -24,21 +24,21 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from connectors.kafka import options as source_options
-from connectors.kafka.broker import Broker
-from connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
-from connectors.kafka.json_values import JsonColumns
-from connectors.kafka.offsets import Earliest
-from connectors.kafka.options import SourceOptions
-from connectors.kafka.planner import OffsetRange, offsets_behind
-from connectors.kafka.reader import read_range
-from connectors.spark import worker_gc
+from streamfill.connectors.kafka import options as source_options
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
+from streamfill.connectors.kafka.json_values import JsonColumns
+from streamfill.connectors.kafka.offsets import Earliest
+from streamfill.connectors.kafka.options import SourceOptions
+from streamfill.connectors.kafka.planner import OffsetRange, offsets_behind
+from streamfill.connectors.kafka.reader import read_range
+from streamfill.connectors.spark import worker_gc
 from streamfill import failpoints
 from streamfill.errors import DataLossError
 from streamfill.partitions import from_json_shape, to_json_shape
 
 if TYPE_CHECKING:
-    from connectors.spark.tracking import JobTracker
+    from streamfill.connectors.spark.tracking import JobTracker
 
 log = logging.getLogger("streamfill.source")
 
@@ -59,7 +59,7 @@ def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
     imported here and not at the top, so the read tasks' cold Python workers do not load it."""
     if opts.job is None:
         return None
-    from connectors.spark.tracking import JobTracker, job_config
+    from streamfill.connectors.spark.tracking import JobTracker, job_config
 
     return JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts), generation=opts.job_generation,
                       wait_ms=opts.wait_for_job_ms)
@@ -106,14 +106,14 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(source_options.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from connectors.spark import kafka_sink  # only a write loads the producer side
+        from streamfill.connectors.spark import kafka_sink  # only a write loads the producer side
 
         opts = kafka_sink.parse(self.options, schema)
         kafka_sink.check_access(opts)
         return kafka_sink.KafkaBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from connectors.spark import kafka_sink
+        from streamfill.connectors.spark import kafka_sink
 
         opts = kafka_sink.parse(self.options, schema)
         kafka_sink.check_access(opts)

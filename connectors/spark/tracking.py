@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from connectors.kafka import group_mirror
-from connectors.kafka.enumerator import Plan
-from connectors.kafka.options import SourceOptions
-from offsets_db.engine import shared_engine
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.fencing import Lease
-from offsets_db.store import OffsetStore
+from streamfill.connectors.kafka import group_mirror
+from streamfill.connectors.kafka.enumerator import Plan
+from streamfill.connectors.kafka.options import SourceOptions
+from streamfill.offsets_db.engine import shared_engine
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.fencing import Lease
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import Positions
 
 log = logging.getLogger("streamfill.tracking")

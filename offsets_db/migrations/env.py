@@ -5,8 +5,8 @@ table in the database's default schema) is found here and moved by migration 000
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-from offsets_db import schema
-from offsets_db.models import Base
+from streamfill.offsets_db import schema
+from streamfill.offsets_db.models import Base
 from streamfill.pg import connect_args
 
 OURS = {"0001", "0002", "0003", "0004", "0005"}  # the revisions an install before its own schema can be at

@@ -15,9 +15,9 @@ from typing import Protocol
 
 from sqlalchemy import Engine, select
 
-from offsets_db.models import Job, Run
-from orchestration import dag_ids
-from spark_jobs.pipelines import PipelineSpec
+from streamfill.offsets_db.models import Job, Run
+from streamfill.orchestration import dag_ids
+from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.names import WINDOW
 
 

@@ -18,7 +18,7 @@ from airflow.utils.session import create_session
 from fastapi import Depends, Request
 from sqlalchemy import select
 
-from orchestration.ui.access import Access
+from streamfill.orchestration.ui.access import Access
 
 _can_read_runs = requires_access_dag("GET", DagAccessEntity.RUN)
 

@@ -9,13 +9,13 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine
 
-from offsets_db import dashboard
-from orchestration.jobs_file import jobs_file
-from orchestration.tasks import health_problems
-from orchestration.ui import db
-from orchestration.ui import format as fmt
-from orchestration.ui.access import Access, entry_of
-from spark_jobs.pipelines import PipelineSpec, load
+from streamfill.offsets_db import dashboard
+from streamfill.orchestration.jobs_file import jobs_file
+from streamfill.orchestration.tasks import health_problems
+from streamfill.orchestration.ui import db
+from streamfill.orchestration.ui import format as fmt
+from streamfill.orchestration.ui.access import Access, entry_of
+from streamfill.spark_jobs.pipelines import PipelineSpec, load
 from streamfill.errors import StreamfillError
 from streamfill.names import validate_job_name
 
@@ -49,7 +49,7 @@ def log_ends(partitions: set[tuple[str, int]]) -> tuple[dict[tuple[str, int], in
         return {}, None
     from confluent_kafka import KafkaException
 
-    from connectors.kafka.broker import Broker
+    from streamfill.connectors.kafka.broker import Broker
     from streamfill.partitions import TopicPartition
 
     try:

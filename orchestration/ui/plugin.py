@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from orchestration.ui.routes import PREFIX, create_app
+from streamfill.orchestration.ui.routes import PREFIX, create_app
 
 
 class StreamfillPlugin(AirflowPlugin):

@@ -11,7 +11,7 @@ from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session
 from sqlalchemy import select
 
-from orchestration.ui.auth import authorized, every_dag, run_requests
+from streamfill.orchestration.ui.auth import authorized, every_dag, run_requests
 from streamfill.errors import StreamfillError
 
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from connectors.kafka.broker import Broker
-from connectors.kafka.writer import send_records
-from spark_jobs.demo.events import FIELDS, records
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.writer import send_records
+from streamfill.spark_jobs.demo.events import FIELDS, records
 from streamfill.errors import OptionError
 
 

@@ -2,8 +2,8 @@
 (`compile`), a table,
 and quality checks from the same rules (`expectations`). `load` reads every entry of the jobs file."""
 
-from spark_jobs.pipelines.jobs_file import JobsFileError, jobs_file, load, read
-from spark_jobs.pipelines.spec import Column, Health, PipelineSpec
+from streamfill.spark_jobs.pipelines.jobs_file import JobsFileError, jobs_file, load, read
+from streamfill.spark_jobs.pipelines.spec import Column, Health, PipelineSpec
 
 __all__ = ["Column", "Health", "JobsFileError", "PipelineSpec", "entry", "jobs_file", "load", "read"]
 

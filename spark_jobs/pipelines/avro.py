@@ -20,7 +20,7 @@ from uuid import UUID
 
 import pyarrow as pa
 
-from spark_jobs.pipelines.registry import UnknownSchemaId, writer_schema
+from streamfill.spark_jobs.pipelines.registry import UnknownSchemaId, writer_schema
 
 WIRE_FORMATS = ("plain", "confluent")
 

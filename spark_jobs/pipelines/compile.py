@@ -21,9 +21,9 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonColumns, ValueColumn, can_check
-from spark_jobs.pipelines.spec import Column, PipelineSpec
-from spark_jobs.pipelines.types import NUMERIC
+from streamfill.connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonColumns, ValueColumn, can_check
+from streamfill.spark_jobs.pipelines.spec import Column, PipelineSpec
+from streamfill.spark_jobs.pipelines.types import NUMERIC
 from streamfill.errors import OptionError
 from streamfill.rules import BOUNDS, BrokenWhen, Rule, Shown
 
@@ -368,7 +368,7 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     need the spark-avro jar, which PySpark does not ship; the two were not benchmarked against each other."""
     import json as _json
 
-    from spark_jobs.pipelines.registry import client_settings
+    from streamfill.spark_jobs.pipelines.registry import client_settings
 
     schema = _json.loads(spec.avro_schema_path.read_text()) if spec.avro_schema else spec.registry_reader_schema
     wire = spec.wire_format
@@ -380,7 +380,7 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
                              StructField("_original", BinaryType())])
 
     def decode(batches: Iterator) -> Iterator:
-        from spark_jobs.pipelines.avro import to_json_batches
+        from streamfill.spark_jobs.pipelines.avro import to_json_batches
 
         yield from to_json_batches(batches, schema, wire, registry)
 

@@ -9,7 +9,7 @@ import re
 from datetime import date, datetime, timezone
 from typing import Any
 
-from spark_jobs.pipelines.spec import COORDINATES, Column, PipelineSpec
+from streamfill.spark_jobs.pipelines.spec import COORDINATES, Column, PipelineSpec
 from streamfill.errors import OptionError
 from streamfill.rules import BOUNDS, BrokenWhen, Rule
 

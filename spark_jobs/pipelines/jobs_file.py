@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from spark_jobs.pipelines.spec import PipelineSpec
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 from streamfill import REPO_ROOT
 from streamfill.errors import StreamfillError
 

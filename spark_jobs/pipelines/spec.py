@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
-from connectors.kafka.offsets import START_HELP, parse_start
-from connectors.postgres.sink_options import APPEND_NEW, SinkMode
-from spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
+from streamfill.connectors.kafka.offsets import START_HELP, parse_start
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, SinkMode
+from streamfill.spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 from streamfill import durations
 from streamfill.durations import DEFAULT_STOP_GRACE, stop_grace_seconds
 from streamfill.errors import OptionError

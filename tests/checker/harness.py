@@ -21,11 +21,11 @@ from psycopg2 import sql
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from connectors.postgres.sink_options import REPLACE
-from connectors.spark import postgres_sink
-from connectors.spark.postgres_sink import dsn
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.store import OffsetStore
+from streamfill.connectors.postgres.sink_options import REPLACE
+from streamfill.connectors.spark import postgres_sink
+from streamfill.connectors.spark.postgres_sink import dsn
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
 from streamfill.partitions import TopicPartition
 from streamfill.retention import Retention
@@ -376,7 +376,7 @@ class Run:
     def prune(self) -> None:
         """`streamfill db prune --apply` of the scenario's jobs, every age a millisecond: what each job resumes
         from stays, the rest of its history and every dead letter go."""
-        from spark_jobs.maintenance import prune
+        from streamfill.spark_jobs.maintenance import prune
 
         names = [self.job(i) for i, w in enumerate(self.scenario.writers) if w.job]
         known = sorted(n for (n,) in self.query("SELECT name FROM jobs WHERE name = ANY(:n)", n=names))
@@ -554,7 +554,7 @@ class Mirrors:
         """What the launch records for commitToGroup, once it checked that the mirror will work."""
         from confluent_kafka.admin import NewTopic
 
-        from connectors.kafka import group_mirror
+        from streamfill.connectors.kafka import group_mirror
 
         if topic not in self.topics:
             self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)

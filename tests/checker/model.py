@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from connectors.postgres.sink_options import REPLACE
+from streamfill.connectors.postgres.sink_options import REPLACE
 from tests.checker.scenario import Record, Table, Writer
 
 Coordinates = tuple[str, int, int]

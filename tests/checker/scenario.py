@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from connectors.postgres.sink_options import APPEND_NEW, REPLACE
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
 
 STREAM, BACKFILL, WRITE = "stream", "backfill", "write"  # WRITE: a df.write without a job
 PATHS = (STREAM, BACKFILL, WRITE)

@@ -14,11 +14,11 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from offsets_db import announcements
-from offsets_db.engine import make_engine
-from offsets_db.models import Job
-from orchestration.airflow_api import AirflowApi
-from orchestration.announce import RESEND_AFTER, Announcer
+from streamfill.offsets_db import announcements
+from streamfill.offsets_db.engine import make_engine
+from streamfill.offsets_db.models import Job
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.orchestration.announce import RESEND_AFTER, Announcer
 from streamfill.settings import Settings
 
 

@@ -11,8 +11,8 @@ import sys
 
 from pyspark.sql import functions as F
 
-from connectors.spark import register
-from spark_jobs.session import spark_session
+from streamfill.connectors.spark import register
+from streamfill.spark_jobs.session import spark_session
 from streamfill.settings import Settings
 
 

@@ -15,8 +15,8 @@ import sys
 
 from pyspark.sql.functions import expr
 
-from connectors.spark import register
-from spark_jobs.session import spark_session
+from streamfill.connectors.spark import register
+from streamfill.spark_jobs.session import spark_session
 from streamfill.settings import Settings
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.stack.airflow import airflow_bin, airflow_env, reserialize
-from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi, AirflowError
-from spark_jobs.demo import events
-from spark_jobs.demo.produce import ensure_topic
+from streamfill.app.stack.airflow import airflow_bin, airflow_env, reserialize
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi, AirflowError
+from streamfill.spark_jobs.demo import events
+from streamfill.spark_jobs.demo.produce import ensure_topic
 from tests.airflow_helpers import left_to_dags_test, replay_form_offers
 from tests.kafka_helpers import consume_all, end_offsets
 from tests.job_helpers import orders_columns
@@ -113,8 +113,8 @@ def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings)
 
 def test_an_interval_run_reads_exactly_its_window_checks_it_and_says_so_as_an_asset_event_and_in_lineage(
         stack_settings, bootstrap, db, topic_name, jobs_file):
-    from offsets_db.announce_plan import from_extra
-    from orchestration.airflow_api import AirflowApi
+    from streamfill.offsets_db.announce_plan import from_extra
+    from streamfill.orchestration.airflow_api import AirflowApi
     from streamfill.datasets import PgTable
     from tests.lineage_receiver import receiver
 
@@ -178,8 +178,8 @@ def test_replay_and_quality_dags_and_a_rule_breaking_row_fails_quality(spark, st
                                                                       topic_name, jobs_file, tmp_path):
     import threading
 
-    from spark_jobs import stream
-    from spark_jobs.demo.produce import produce
+    from streamfill.spark_jobs import stream
+    from streamfill.spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 1200, bad_ratio=0.05, seed=21)
@@ -360,7 +360,7 @@ def test_the_stream_task_stopped_like_airflow_stops_it_commits_its_batch_in_flig
     outlives its task to commit the batch in flight within its stop grace, then ends; the retry waits for it and
     starts exactly where it ended, exactly once. The stack's Airflow reaches Kafka on its SASL_SSL listener with the
     connection's credentials only: no argv or log shows them."""
-    from spark_jobs.demo.produce import produce
+    from streamfill.spark_jobs.demo.produce import produce
 
     ensure_topic(bootstrap, "orders", 4)
     produce(bootstrap, "orders", 100_000, bad_ratio=0.01, seed=int(time.time()))  # a batch of seconds

@@ -9,10 +9,10 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.stack.airflow import admin_password
-from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi
-from spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.app.stack.airflow import admin_password
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from tests.airflow_helpers import replay_form_offers
 from tests.kafka_helpers import end_offsets
 from tests.shared_run import AIRFLOW_GROUP

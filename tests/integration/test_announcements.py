@@ -23,13 +23,13 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import create_engine, text
 
-from offsets_db import announcements
-from offsets_db.announce_plan import asset_cover_problems, commits_key, cover_problems, from_extra
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.store import OffsetStore
-from orchestration import assets, dag_ids
-from orchestration.airflow_api import AirflowApi
-from orchestration.announce import Announcer
+from streamfill.offsets_db import announcements
+from streamfill.offsets_db.announce_plan import asset_cover_problems, commits_key, cover_problems, from_extra
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.store import OffsetStore
+from streamfill.orchestration import assets, dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.orchestration.announce import Announcer
 from streamfill import REPO_ROOT
 from streamfill.datasets import PgTable
 from tests.lineage_receiver import receiver
@@ -75,7 +75,7 @@ def shared_table(stack_settings):
     dag_file.write_text(textwrap.dedent(f"""\
         from airflow.providers.standard.operators.empty import EmptyOperator
         from airflow.sdk import DAG, IdentityMapper, PartitionedAssetTimetable
-        from orchestration import downstream
+        from streamfill.orchestration import downstream
 
         with DAG({downstream_dag!r}, catchup=False, tags=["streamfill"],
                  schedule=PartitionedAssetTimetable(assets=downstream.stream_asset({jobs[0]!r}),
@@ -101,7 +101,7 @@ def shared_table(stack_settings):
 def _parsed(stack_settings) -> None:
     """The DAG folder parsed now. Airflow's DAG processor may be storing a new file's DAGs at the same moment, and
     one of the two then fails on a duplicate key: the other has stored them, and a second parse finds them."""
-    from app.stack.airflow import reserialize
+    from streamfill.app.stack.airflow import reserialize
     from streamfill.errors import AirflowError
 
     for attempt in range(3):
@@ -192,7 +192,7 @@ with DAG("streamfill_downstream__{name}", catchup=False, tags=["streamfill"],
     @task
     def seen():
         from sqlalchemy import create_engine, text
-        from orchestration.tasks import endpoints
+        from streamfill.orchestration.tasks import endpoints
         engine = create_engine(endpoints().db_url)
         with engine.begin() as conn:
             conn.execute(text('CREATE TABLE IF NOT EXISTS "{name}_seen" (key text, run_id text)'))
@@ -213,7 +213,7 @@ def _wait(condition, timeout: float, what: str):
 
 
 def _kill_tree(pid: int) -> None:
-    from app.stack.process import children
+    from streamfill.app.stack.process import children
 
     for child in children(pid):
         _kill_tree(child)
@@ -230,10 +230,10 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
     stream's job is SIGKILLed (Airflow's retry resumes it), then the triggerer (commits go on, announcements
     stop; `stack up` restarts Airflow and the backlog goes out as one announcement). Announced ranges equal
     committed ranges, and the downstream DAG ran once per announcement."""
-    from app.stack import up
-    from app.stack.airflow import Airflow, reserialize
-    from app.stack.process import children
-    from spark_jobs.demo.produce import produce
+    from streamfill.app.stack import up
+    from streamfill.app.stack.airflow import Airflow, reserialize
+    from streamfill.app.stack.process import children
+    from streamfill.spark_jobs.demo.produce import produce
     from tests.integration.test_airflow import ORDERS_COLUMNS, _spark_submit_of, dropped_file, query
     from tests.kafka_helpers import create_topic, end_offsets
 
@@ -311,7 +311,7 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
 
 
 def _argv(pid: int) -> list[str]:
-    from app.stack.pidfile import cmdline
+    from streamfill.app.stack.pidfile import cmdline
 
     return cmdline(pid)
 
@@ -323,8 +323,8 @@ def _commits(store: OffsetStore, job: str) -> int:
 
 def test_two_jobs_writing_one_table_have_each_commit_announced_once_and_a_downstream_run_per_announcement(
         stack_settings, shared_table, monkeypatch):
-    from app.stack.airflow import connections
-    from spark_jobs.pipelines import load
+    from streamfill.app.stack.airflow import connections
+    from streamfill.spark_jobs.pipelines import load
 
     t, api = shared_table, AirflowApi(stack_settings)
     # Airflow keeps one watcher of the table, whichever of the files declaring the asset it parsed last

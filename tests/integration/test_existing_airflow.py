@@ -23,17 +23,18 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from app.stack.airflow import connections
-from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi
-from orchestration.connections import API_CONNECTION
-from orchestration.tasks import replay_job
-from orchestration.ui import PREFIX, TRIGGER_ACCESS
-from orchestration.jobs_file import VARIABLE
-from spark_jobs.pipelines import read
+from streamfill.app.stack.airflow import connections
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.orchestration.connections import API_CONNECTION
+from streamfill.orchestration.tasks import replay_job
+from streamfill.orchestration.ui import PREFIX, TRIGGER_ACCESS
+from streamfill.orchestration.jobs_file import VARIABLE
+from streamfill.spark_jobs.pipelines import read
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
-from tests.existing_airflow import FAB, TheirAirflow, build_wheel, install, metadata_database, third_party_venv
+from tests.existing_airflow import (FAB, TheirAirflow, build_wheel, checkout_version, install, metadata_database,
+                                    third_party_venv)
 from tests.job_helpers import orders_columns
 from tests.shared_run import OWN_AIRFLOW_GROUP
 
@@ -89,11 +90,11 @@ def their_airflow(stack_settings, tmp_path_factory):
     wheel = build_wheel(root / "build")
     t = timed(timings, "wheel", t)
     python = third_party_venv(root / "venv")
-    before = subprocess.run([str(python), "-c", "import airflow, pyspark, connectors"], cwd=root,
+    before = subprocess.run([str(python), "-c", "import airflow, pyspark, streamfill"], cwd=root,
                             capture_output=True, text=True, timeout=120)
-    assert before.returncode != 0 and "No module named 'connectors'" in before.stderr, before.stderr[-2000:]
+    assert before.returncode != 0 and "No module named 'streamfill'" in before.stderr, before.stderr[-2000:]
     install(python, wheel)
-    where = subprocess.run([str(python), "-c", "import orchestration; print(orchestration.__file__)"], cwd=root,
+    where = subprocess.run([str(python), "-c", "import streamfill.orchestration as o; print(o.__file__)"], cwd=root,
                            capture_output=True, text=True, timeout=120)
     assert where.stdout.startswith(str(root / "venv")), where.stdout + where.stderr  # the wheel's, not the checkout
     t = timed(timings, "venv and install", t)
@@ -154,7 +155,7 @@ def wait_for_dags(api: AirflowApi, want: set[str], timeout: float = 300) -> dict
 def replayed(their_airflow, bootstrap):
     """The DAGs parsed from the short file, and one replay of alice's entry triggered by alice through that
     Airflow's REST API into the form's default table: its run, what was produced and how long it took."""
-    from spark_jobs.demo.produce import ensure_topic, produce
+    from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 
     their = their_airflow
     api = their.api("admin")
@@ -186,10 +187,9 @@ def test_the_wheel_in_their_airflow_parses_the_short_dag_file_and_a_replay_lands
     assert errors.returncode == 0 and json.loads(errors.stdout.strip().splitlines()[-1]) == [], errors.stdout
     # the page comes from the wheel's entry point (that Airflow has no plugins folder)
     plugins = api.call("GET", "/api/v2/plugins")["plugins"]
-    assert [p["source"] for p in plugins if p["name"] == "streamfill"] == ["streamfill==0.1.0: EntryPoint("
-                                                                           "name='streamfill', value='orchestration"
-                                                                           ".ui.plugin:StreamfillPlugin', group="
-                                                                           "'airflow.plugins')"]
+    assert [p["source"] for p in plugins if p["name"] == "streamfill"] == [
+        f"streamfill=={checkout_version()}: EntryPoint(name='streamfill', value='streamfill.orchestration.ui.plugin:"
+        "StreamfillPlugin', group='airflow.plugins')"]
 
     assert replayed.state == "success", their.airflow.tail()
     alice = their.teams["alice"]
@@ -222,7 +222,7 @@ def job_routes(job: str, topic: str) -> list[str]:
 
 def test_the_page_shows_each_user_only_the_jobs_of_the_dags_their_role_reads(their_airflow, replayed,
                                                                             stack_settings):
-    from offsets_db.store import OffsetStore
+    from streamfill.offsets_db.store import OffsetStore
 
     their = their_airflow
     assert replayed.state == "success", their.airflow.tail()

@@ -23,9 +23,9 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 from sqlalchemy import create_engine, text
 
-from connectors.spark import postgres_sink
-from offsets_db.exactly_once import COMMIT_LOCK_SPACE, PlannedRange
-from offsets_db.store import OffsetStore
+from streamfill.connectors.spark import postgres_sink
+from streamfill.offsets_db.exactly_once import COMMIT_LOCK_SPACE, PlannedRange
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver, run_in_session
 from tests.kafka_helpers import create_topic, end_offsets, produce
@@ -94,7 +94,7 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
     """While the first launch waits between staging a batch and committing it, a second launch is refused, and a
     prune at ages of a millisecond (a dry run first) removes the job's older batches but not what it resumes from
     nor the batch in flight. The first launch is then killed; the next one, pruned all along, ends exactly once."""
-    from spark_jobs.maintenance import prune
+    from streamfill.spark_jobs.maintenance import prune
     from streamfill.retention import Retention
 
     create_topic(bootstrap, topic_name, 4)
@@ -323,11 +323,11 @@ def test_a_copy_of_offsets_db_on_the_same_server_whose_launch_holds_the_same_job
     import psycopg2
     from sqlalchemy import make_url
 
-    from app.stack.postgres import admin_url
+    from streamfill.app.stack.postgres import admin_url
     from bench.leftovers import scratch_database
-    from connectors.spark.postgres_sink import dsn
-    from offsets_db.fencing import launch_alive
-    from offsets_db.locks import table_holders
+    from streamfill.connectors.spark.postgres_sink import dsn
+    from streamfill.offsets_db.fencing import launch_alive
+    from streamfill.offsets_db.locks import table_holders
 
     job, schema = "copied", stack_settings.db_schema
     with scratch_database(stack_settings, "fencing") as url:
@@ -382,7 +382,7 @@ def _entry(tmp_path: Path, name: str, topic: str) -> Path:
 
 
 def _cli(args: list[str], jobs: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
                                  "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250", **(env or {})})
@@ -561,7 +561,7 @@ def test_poison_records_in_the_middle_of_a_stream_become_dead_letters_and_the_st
         {"value": json.dumps({"id": 1002, "note": "x" * 900_000}).encode(), "partition": 0},
         {"value": b"\x00\x01 not json", "partition": 1}])
     produce(bootstrap, topic_name, [good(i) for i in range(300, 600)])
-    done = subprocess.run([sys.executable, "-m", "app.cli", "stream", "--job", name, "--trigger", "available-now",
+    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", "stream", "--job", name, "--trigger", "available-now",
                            "--checkpoint", str(tmp_path / "ck")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250"}, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]

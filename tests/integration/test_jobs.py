@@ -18,9 +18,9 @@ from typing import NamedTuple
 import pytest
 from sqlalchemy import text
 
-from spark_jobs import backfill, quality, stream
-from spark_jobs.demo import events
-from spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.spark_jobs import backfill, quality, stream
+from streamfill.spark_jobs.demo import events
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError, SinkError
 from tests.kafka_helpers import consume_all
@@ -62,7 +62,7 @@ def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`streamfill ...` as its own process group, so a failpoint's SIGKILL takes the JVM and workers too."""
     if args[0] in ("stream", "backfill"):  # the demo's events, parsed by the orders entry
         args = (*args, "--pipeline", "orders")
-    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO_ROOT, start_new_session=True,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -365,10 +365,9 @@ def standalone_cluster(tmp_path):
 
     python = workers_python(tmp_path / "workers-venv")
     outside = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for module in ("connectors", "spark_jobs"):
-        found = subprocess.run([str(python), "-c", f"import {module}"], cwd=tmp_path, env=outside,
-                               capture_output=True, text=True)
-        assert found.returncode != 0 and f"No module named '{module}'" in found.stderr, found.stderr
+    found = subprocess.run([str(python), "-c", "import streamfill"], cwd=tmp_path, env=outside,
+                           capture_output=True, text=True)
+    assert found.returncode != 0 and "No module named 'streamfill'" in found.stderr, found.stderr
     found = subprocess.run([str(python), "-c", "import pyspark, confluent_kafka, sqlalchemy, psycopg2, pgpq"],
                            cwd=tmp_path, env=outside, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
@@ -555,9 +554,9 @@ def test_a_job_pruned_between_launches_resumes_exactly_once_and_its_views_page_a
     still there."""
     from datetime import timedelta
 
-    from offsets_db import dashboard
-    from offsets_db.engine import make_engine
-    from spark_jobs.maintenance import prune
+    from streamfill.offsets_db import dashboard
+    from streamfill.offsets_db.engine import make_engine
+    from streamfill.spark_jobs.maintenance import prune
     from streamfill.retention import Retention
 
     valid, bad = demo_topic(bootstrap, topic_name, 900, 0.05)

@@ -31,10 +31,10 @@ from confluent_kafka.admin import (
 )
 from sqlalchemy import text
 
-from connectors.kafka.broker import Broker
-from offsets_db.exactly_once import PlannedRange
-from spark_jobs import backfill, stream
-from spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.spark_jobs import backfill, stream
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
 from streamfill.errors import BrokerError, OptionError
 from streamfill.kafka_client import settings_env
@@ -131,7 +131,7 @@ def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log
     produce(secured, topic_name, 400, bad_ratio=0.05, seed=4)
     job, table = f"{topic_name}-stream", f"{topic_name}_stream"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_KAFKA_")}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "stream", "--job", job, "--topic", topic_name,
+    proc = subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", "stream", "--job", job, "--topic", topic_name,
                              "--table", table, "--pipeline", "orders", "--checkpoint", str(tmp_path / "ckpt"),
                              "--trigger", "1s"], cwd=REPO_ROOT, start_new_session=True,
                             env={**env, **settings_env(secured)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -180,7 +180,7 @@ def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log
 
 def backfill_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_KAFKA_")}
-    done = subprocess.run([sys.executable, "-m", "app.cli", "backfill", *args], cwd=REPO_ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", "backfill", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, env={**clean, **env}, timeout=300)
     return done.returncode, done.stdout + done.stderr
 
@@ -230,9 +230,9 @@ def test_commit_to_group_over_sasl_ssl_leaves_the_groups_offsets_equal_to_offset
     offsets_db's offsets. The committing process takes the secrets from its STREAMFILL_KAFKA_* settings, as
     streamfill's launches and Airflow's tasks give them; a launch whose process lacks them, or whose user may
     not commit the group, is refused at its start, before anything is recorded."""
-    from connectors.kafka import options as source_options
-    from connectors.spark import postgres_sink
-    from connectors.spark.source import _tracker
+    from streamfill.connectors.kafka import options as source_options
+    from streamfill.connectors.spark import postgres_sink
+    from streamfill.connectors.spark.source import _tracker
     from tests.integration.test_faults import _rows, _sink
     from tests.integration.test_postgres_sink import group_offsets
 

@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka.planner import OffsetRange
-from connectors.kafka.reader import read_range
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka.reader import read_range
 from streamfill.errors import BrokerError
 from tests.integration.test_kafka_source import read, run_available_now, stream
 from tests.kafka_helpers import consume_all, create_topic, produce
@@ -56,8 +56,8 @@ def test_a_loss_recorded_with_fail_on_data_loss_false_is_reported_in_the_log(boo
     """A fresh driver process, as a user runs it: the warning names partition and offsets."""
     script = f"""
 import json
-from spark_jobs.session import spark_session
-from connectors.spark import register
+from streamfill.spark_jobs.session import spark_session
+from streamfill.connectors.spark import register
 spark = spark_session("loss-report", conf={{"spark.ui.enabled": "false"}})
 register(spark)
 df = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", "{bootstrap}")

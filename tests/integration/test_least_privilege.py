@@ -21,14 +21,14 @@ import psycopg2.errors
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from app.stack.airflow import airflow_bin, airflow_env
-from app.stack.postgres import admin_url
-from offsets_db import dashboard
-from offsets_db.engine import make_engine
-from orchestration import dag_ids
-from orchestration.connections import postgres_connection
-from spark_jobs import backfill, quality, stream
-from spark_jobs.pipelines import jobs_file
+from streamfill.app.stack.airflow import airflow_bin, airflow_env
+from streamfill.app.stack.postgres import admin_url
+from streamfill.offsets_db import dashboard
+from streamfill.offsets_db.engine import make_engine
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.connections import postgres_connection
+from streamfill.spark_jobs import backfill, quality, stream
+from streamfill.spark_jobs.pipelines import jobs_file
 from tests.airflow_helpers import left_to_dags_test
 from tests.integration.test_jobs import demo_topic
 from tests.job_helpers import orders_columns, run_here
@@ -159,8 +159,8 @@ def test_the_page_reads_as_the_reader_through_its_own_connection_and_can_write_t
     """The page in the API server: Airflow resolves a connection id alike there and in its workers (they ask the
     API server for it), so the workers' streamfill_postgres is the job role's; the page reads as the reader through
     streamfill_postgres_reader, and without that connection reads through the workers' in read-only sessions."""
-    from orchestration.connections import POSTGRES_CONNECTION, POSTGRES_READER_CONNECTION
-    from orchestration.ui import db as page_db
+    from streamfill.orchestration.connections import POSTGRES_CONNECTION, POSTGRES_READER_CONNECTION
+    from streamfill.orchestration.ui import db as page_db
 
     def connection(conn_id: str, url: str | None) -> None:
         name = f"AIRFLOW_CONN_{conn_id.upper()}"

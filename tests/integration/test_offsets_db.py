@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
-from app.stack.postgres import admin_url
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.engine import make_engine
-from offsets_db.migrate import head, upgrade
-from offsets_db.models import Batch, BatchOffset, Job, Snapshot
-from offsets_db.store import OffsetStore
+from streamfill.app.stack.postgres import admin_url
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.engine import make_engine
+from streamfill.offsets_db.migrate import head, upgrade
+from streamfill.offsets_db.models import Batch, BatchOffset, Job, Snapshot
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.errors import ProtocolError
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
 def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db):
     """A database upgraded to revision 0005 when offsets_db lived in public, with a history in every table:
     `streamfill db upgrade` moves tables and views into the schema, every row equal, sequences going on."""
-    from offsets_db import schema
+    from streamfill.offsets_db import schema
 
     cli = str(Path(sys.executable).parent / "streamfill")
     env = {**os.environ, "STREAMFILL_DB_URL": fresh_db}
@@ -201,13 +201,13 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
 
 
 def plan(start_end: dict[int, tuple[int, int]]):
-    from offsets_db.store import PlannedRange
+    from streamfill.offsets_db.store import PlannedRange
 
     return [PlannedRange("orders", p, s, e, 0, e + 10) for p, (s, e) in start_end.items()]
 
 
 def test_store_records_plans_idempotently_and_commits_with_the_snapshot(fresh_db):
-    from offsets_db.store import OffsetStore
+    from streamfill.offsets_db.store import OffsetStore
 
     upgrade(fresh_db)
     store = OffsetStore(fresh_db)
@@ -234,7 +234,7 @@ def test_store_records_plans_idempotently_and_commits_with_the_snapshot(fresh_db
 
 
 def test_a_checkpoint_behind_offsets_db_is_refused_and_one_a_foreign_sink_finished_is_accepted(fresh_db):
-    from offsets_db.store import CheckpointMismatch, OffsetStore
+    from streamfill.offsets_db.store import CheckpointMismatch, OffsetStore
 
     upgrade(fresh_db)
     store = OffsetStore(fresh_db)
@@ -252,7 +252,7 @@ def test_a_checkpoint_behind_offsets_db_is_refused_and_one_a_foreign_sink_finish
 
 
 def test_offsets_cli_shows_history_latest_and_lag(fresh_db):
-    from offsets_db.store import OffsetStore
+    from streamfill.offsets_db.store import OffsetStore
 
     upgrade(fresh_db)
     store = OffsetStore(fresh_db)
@@ -285,7 +285,7 @@ def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from offsets_db.models import Base
+    from streamfill.offsets_db.models import Base
 
     from sqlalchemy import MetaData
 
@@ -305,7 +305,7 @@ def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
 
 
 def test_planning_records_how_far_behind_the_job_was(fresh_db):
-    from offsets_db.store import OffsetStore
+    from streamfill.offsets_db.store import OffsetStore
 
     upgrade(fresh_db)
     store = OffsetStore(fresh_db)
@@ -339,10 +339,10 @@ def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_u
     stream holds its job, names it, and migrates under it only with --while-running."""
     import threading
 
-    from offsets_db import fencing, revision
-    from spark_jobs import backfill, stream
+    from streamfill.offsets_db import fencing, revision
+    from streamfill.spark_jobs import backfill, stream
     from streamfill.errors import RevisionMismatch
-    from spark_jobs.pipelines import jobs_file
+    from streamfill.spark_jobs.pipelines import jobs_file
     from tests.integration.test_jobs import demo_topic
     from tests.job_helpers import run_here
 
@@ -398,7 +398,7 @@ def test_a_quiet_topics_stream_reads_healthy_past_its_threshold_and_unhealthy_on
     one record produced and not read: unhealthy, naming the age."""
     from datetime import datetime, timedelta, timezone
 
-    from orchestration.tasks import health
+    from streamfill.orchestration.tasks import health
     from tests.kafka_helpers import create_topic, produce
 
     upgrade(fresh_db)

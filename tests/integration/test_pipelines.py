@@ -23,7 +23,7 @@ import fastavro
 import pytest
 from sqlalchemy import text
 
-from spark_jobs import backfill, stream
+from streamfill.spark_jobs import backfill, stream
 from streamfill import REPO_ROOT
 from tests.job_helpers import run_here
 from tests.kafka_helpers import consume_all, create_topic, produce
@@ -43,7 +43,7 @@ def query(db, sql: str, **params) -> list[tuple]:
 
 def cli(*args: str, jobs: str) -> tuple[int, str]:
     """One `streamfill` launch with `jobs` as the jobs file: its exit code and output."""
-    done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=900,
                           env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
     return done.returncode, done.stdout
@@ -373,8 +373,8 @@ def test_streamfill_jobs_check_prints_the_table_each_entry_creates(world):
 @pytest.mark.parametrize("sql, reason", [("n +* FROM", "INVALID_USAGE_OF_STAR_OR_REGEX"),
                                          ("nope + 1", "UNRESOLVED_COLUMN")])
 def test_a_derived_expression_spark_cannot_resolve_is_refused_naming_the_entry_and_column(spark, sql, reason):
-    from spark_jobs.pipelines.compile import parse
-    from spark_jobs.pipelines.spec import PipelineSpec
+    from streamfill.spark_jobs.pipelines.compile import parse
+    from streamfill.spark_jobs.pipelines.spec import PipelineSpec
     from streamfill.errors import OptionError
 
     kafka = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "

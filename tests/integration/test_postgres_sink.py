@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from sqlalchemy import text
 
-from connectors.spark import hold_job, register
+from streamfill.connectors.spark import hold_job, register
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -246,9 +246,9 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     the schema drops it once it is older than STREAMFILL_PG_STAGE_ORPHAN_AFTER_S. A stream's stage stays."""
     import psycopg2
 
-    from connectors.postgres import stage, target
-    from connectors.postgres.target import Column
-    from connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.postgres import stage, target
+    from streamfill.connectors.postgres.target import Column
+    from streamfill.connectors.spark.postgres_sink import dsn
 
     table = f"orphans_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(dsn(stack_settings.offsets_db_url))
@@ -277,8 +277,8 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
 def test_a_worker_keeps_only_idle_connections_and_replaces_one_the_server_ended(db):
     """The sink's connections outlive one call of a reused Python worker only when nothing of the call stays
     open on them, and a kept connection the server ended is never handed out."""
-    from connectors.postgres import kept
-    from connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.postgres import kept
+    from streamfill.connectors.spark.postgres_sink import dsn
 
     conninfo = dsn(str(db.url.render_as_string(hide_password=False)))
     kept.close_all()

@@ -10,9 +10,9 @@ from datetime import datetime
 import pytest
 from psycopg2 import sql
 
-from spark_jobs.pipelines import PipelineSpec
-from spark_jobs.pipelines.compile import check
-from spark_jobs.pipelines.expectations import from_rules
+from streamfill.spark_jobs.pipelines import PipelineSpec
+from streamfill.spark_jobs.pipelines.compile import check
+from streamfill.spark_jobs.pipelines.expectations import from_rules
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 from sqlalchemy import text
 
-from app.stack.airflow import admin_password, reserialize
-from orchestration import dag_ids
-from orchestration.airflow_api import AirflowApi
-from spark_jobs.demo.produce import ensure_topic, produce
+from streamfill.app.stack.airflow import admin_password, reserialize
+from streamfill.orchestration import dag_ids
+from streamfill.orchestration.airflow_api import AirflowApi
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets
 from tests.shared_run import AIRFLOW_GROUP
 from tests.ui_helpers import log_in, wait_for

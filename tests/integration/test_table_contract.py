@@ -22,11 +22,11 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from app.stack.postgres import admin_url
-from connectors.spark import hold_job, postgres_sink
-from connectors.spark.postgres_sink import dsn
-from offsets_db.exactly_once import PlannedRange
-from offsets_db.store import OffsetStore
+from streamfill.app.stack.postgres import admin_url
+from streamfill.connectors.spark import hold_job, postgres_sink
+from streamfill.connectors.spark.postgres_sink import dsn
+from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.errors import SinkError
 from tests.kafka_helpers import create_topic, produce
 from tests.private_services import crash
@@ -596,7 +596,7 @@ def test_a_column_added_for_an_entry_never_queues_readers_and_a_launch_refused_a
     holds its job adds no column."""
     import yaml
 
-    from spark_jobs import stream
+    from streamfill.spark_jobs import stream
     from streamfill.errors import JobBusy
 
     url = stack_settings.offsets_db_url

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from offsets_db.announce_plan import (COMMITS, Commit, asset_cover_problems, commits_key, cover_problems, covering,
+from streamfill.offsets_db.announce_plan import (COMMITS, Commit, asset_cover_problems, commits_key, cover_problems, covering,
                                       from_extra, segments, to_extra)
 from streamfill.errors import ProtocolError
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets
-from spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
-from spark_jobs.demo import events
-from spark_jobs.demo.produce import check_args
-from spark_jobs.stream import parse_trigger
+from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets
+from streamfill.spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
+from streamfill.spark_jobs.demo import events
+from streamfill.spark_jobs.demo.produce import check_args
+from streamfill.spark_jobs.stream import parse_trigger
 from streamfill.errors import OptionError
 from streamfill.partitions import TopicPartition
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from connectors.postgres.sink_options import APPEND_NEW, REPLACE
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
 from tests.checker.model import Model
 from tests.checker.regressions import REGRESSIONS
 from tests.checker.scenario import (ACTIONS, FAULTS, LONG, PATHS, T0, Action, Record, Table, Write, Writer, draw,

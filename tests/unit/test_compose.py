@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from orchestration.tasks import KAFKA_CONN, POSTGRES_CONN, SPARK_MASTER_VAR
+from streamfill.orchestration.tasks import KAFKA_CONN, POSTGRES_CONN, SPARK_MASTER_VAR
 from streamfill import REPO_ROOT
 from streamfill.settings import AIRFLOW_USER
 from tests.docker_helpers import (
@@ -91,7 +91,7 @@ def test_every_airflow_service_runs_the_image_built_from_the_dockerfile(config):
 
 
 def test_the_dockerfile_is_the_image_pyproject_pins(config):
-    pin = re.search(r'"apache-airflow==([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text()).group(1)
+    pin = re.search(r"^apache-airflow==(.+)$", (REPO_ROOT / "constraints.txt").read_text(), re.M).group(1)
     assert dockerfile_arg("AIRFLOW_VERSION") == pin
     text = (REPO_ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM apache/airflow:slim-\$\{AIRFLOW_VERSION\}-python3\.11$", text, re.M)
@@ -171,11 +171,24 @@ def test_long_running_services_have_healthchecks(config):
     assert scheduler["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "True"
 
 
-def test_the_install_script_refuses_an_image_whose_airflow_is_not_the_pinned_one(tmp_path):
+@pytest.mark.parametrize("airflow", ["constraints", "3.1.0"])
+def test_the_install_script_uses_the_constraints_only_for_their_airflow(tmp_path, airflow):
+    """The image of constraints.txt's Airflow gets its exact versions; another Airflow installs within the ranges,
+    held at its own version (a stand-in python records pip's arguments)."""
+    pinned = re.search(r"^apache-airflow==(.+)$", (REPO_ROOT / "constraints.txt").read_text(), re.M).group(1)
+    version = pinned if airflow == "constraints" else airflow
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
     done = subprocess.run(["bash", str(INSTALL_SCRIPT), "python"], capture_output=True, text=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin", "AIRFLOW_VERSION": "2.0.0", "PYTHON": "false"})
-    assert done.returncode == 1
-    assert "apache-airflow==" in done.stderr and "Airflow 2.0.0" in done.stderr
+                          env={"PATH": "/usr/bin:/bin", "AIRFLOW_VERSION": version, "PYTHON": str(python)})
+    assert done.returncode == 0, done.stderr
+    install, check = calls.read_text().splitlines()
+    assert f"apache-airflow=={version}" in install.split() and check == "-m pip check"
+    assert ("-c" in install.split()) == (airflow == "constraints")
+    if airflow != "constraints":
+        assert f"Airflow {version}" in done.stderr and pinned in done.stderr
 
 
 def test_init_script_runs_both_migrations_then_writes_a_login_the_simple_auth_manager_reads(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
-from connectors.kafka import data_loss
-from connectors.kafka.data_loss import DataLoss
+from streamfill.connectors.kafka import data_loss
+from streamfill.connectors.kafka.data_loss import DataLoss
 from streamfill.errors import DataLossError
 from streamfill.partitions import TopicPartition
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.kafka.enumerator import StreamEnumerator
-from connectors.kafka.options import parse
+from streamfill.connectors.kafka.enumerator import StreamEnumerator
+from streamfill.connectors.kafka.options import parse
 from streamfill.errors import DataLossError
 from streamfill.partitions import TopicPartition
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import PrimaryKeyConstraint, UniqueConstraint
 
-from offsets_db.models import Base
+from streamfill.offsets_db.models import Base
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestration.tasks import health_problems
+from streamfill.orchestration.tasks import health_problems
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def test_a_lag_past_the_threshold_is_a_problem_even_with_a_fresh_commit():
 
 
 def test_the_health_dag_runs_from_the_start_only_for_entries_that_ask_for_health(tmp_path, monkeypatch):
-    from spark_jobs.pipelines import read
+    from streamfill.spark_jobs.pipelines import read
 
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("jobs:\n  watched:\n    topic: t\n    table: t\n    columns: {a: {type: int}}\n"

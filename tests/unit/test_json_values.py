@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.kafka.json_values import JsonColumns, ValueColumn
+from streamfill.connectors.kafka.json_values import JsonColumns, ValueColumn
 from streamfill.errors import OptionError
 from streamfill.rules import rules_of
 

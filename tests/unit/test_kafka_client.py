@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka.broker import retriable
-from connectors.kafka.client import client_config, not_authorized, refusal
-from connectors.kafka.options import parse
-from orchestration.connections import kafka_client, kafka_connection
+from streamfill.connectors.kafka.broker import retriable
+from streamfill.connectors.kafka.client import client_config, not_authorized, refusal
+from streamfill.connectors.kafka.options import parse
+from streamfill.orchestration.connections import kafka_client, kafka_connection
 from streamfill.errors import OptionError
 from streamfill.kafka_client import redact, settings_env
 
@@ -82,7 +84,7 @@ def test_secrets_are_redacted_and_an_airflow_connection_round_trips():
 
     class Connection:  # the attributes of airflow.models.Connection the mapping reads
         def __init__(self, d: dict) -> None:
-            self.host, self.port = d.get("host"), d.get("port")
+            self.conn_type, self.host, self.port = d.get("conn_type"), d.get("host"), d.get("port")
             self.login, self.password, self.extra_dejson = d.get("login"), d.get("password"), d["extra"]
 
     assert kafka_client(Connection(kafka_connection(conf))) == conf
@@ -91,10 +93,58 @@ def test_secrets_are_redacted_and_an_airflow_connection_round_trips():
         kafka_client(Connection({"extra": {"bootstrap_servers": "h:1", "security_protocol": "TLS"}}))
 
 
+def test_the_kafka_providers_connection_is_taken_as_it_is_and_reaches_the_job_whole(monkeypatch):
+    """A connection of the apache-kafka provider's type `kafka`: its extra is librdkafka's configuration, secrets
+    included. A launched job gets all of it through its environment (STREAMFILL_KAFKA_*), never its argv."""
+    from streamfill.settings import Settings
+
+    class Connection:
+        conn_type, host, port, login, password = "kafka", None, None, None, None
+        extra_dejson = {"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "sasl_ssl",
+                        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "jobs", "sasl.password": "hunter2",
+                        "ssl.ca.location": "/ca.pem", "group.id": "team-a-streamfill", "client.id": "orders",
+                        "ssl.endpoint.identification.algorithm": "https", "enable.ssl.certificate.verification": True}
+
+    conf = kafka_client(Connection())
+    assert conf == {**Connection.extra_dejson, "security.protocol": "SASL_SSL",
+                    "enable.ssl.certificate.verification": "true"}
+    env = settings_env(conf)
+    assert env["STREAMFILL_KAFKA_GROUP_ID"] == "team-a-streamfill" and env["STREAMFILL_KAFKA_SASL_PASSWORD"] == "hunter2"
+    for name in list(os.environ):
+        if name.startswith("STREAMFILL_KAFKA"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().kafka_client() == conf  # what the job's own settings give its reader
+    assert "hunter2" not in repr(Settings())
+
+    Connection.extra_dejson = {"security.protocol": "SSL"}
+    with pytest.raises(OptionError, match="has no bootstrap.servers"):
+        kafka_client(Connection())
+    Connection.extra_dejson = {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "X"}
+    with pytest.raises(OptionError, match="extra sasl.mechanism of connection streamfill_kafka='X'"):
+        kafka_client(Connection())
+
+
+def test_a_bad_kafka_config_setting_is_refused_without_showing_it(monkeypatch):
+    from streamfill.settings import get_settings
+
+    monkeypatch.setenv("STREAMFILL_KAFKA_CONFIG", '["sasl.password=hunter2"]')
+    with pytest.raises(OptionError) as raised:
+        get_settings()
+    assert "STREAMFILL_KAFKA_CONFIG" in str(raised.value) and "hunter2" not in str(raised.value)
+
+
+def test_the_readers_group_id_is_the_users_when_given():
+    conf = client_config({"bootstrap.servers": "b:1", "group.id": "team-a-reader"})
+    assert parse({"subscribe": "t", "kafka.bootstrap.servers": "b:1", "kafka.group.id": "team-a-reader"},
+                 streaming=True).kafka["group.id"] == "team-a-reader" == conf["group.id"]
+
+
 def test_commit_to_groups_client_is_stored_without_secrets_and_gets_them_only_from_settings_of_the_same_owner():
     """offsets_db keeps the mirror's client without a secret, the mutual-TLS key and certificate files included;
     the committing process adds its settings' secrets only when they name the same cluster and principal."""
-    from connectors.kafka.group_mirror import client, kept
+    from streamfill.connectors.kafka.group_mirror import client, kept
 
     read = {"bootstrap.servers": "a:9094,b:9094", "security.protocol": "SSL", "ssl.ca.location": "/ca.pem",
             "ssl.certificate.location": "/c.pem", "ssl.key.location": "/k.pem", "ssl.key.password": "k3y"}
@@ -109,7 +159,7 @@ def test_commit_to_groups_client_is_stored_without_secrets_and_gets_them_only_fr
 def test_the_postgres_connection_carries_libpq_tls_settings_both_ways():
     from sqlalchemy import make_url
 
-    from orchestration.connections import postgres_connection, postgres_url
+    from streamfill.orchestration.connections import postgres_connection, postgres_url
 
     url = ("postgresql+psycopg2://jobs:p%40ss@db.example.com:6432/warehouse?sslmode=verify-full"
            "&sslrootcert=/etc/ssl/ca.pem")

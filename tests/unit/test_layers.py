@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamfill import REPO_ROOT
+from streamfill import REPO_ROOT, SUBPACKAGES
 
 pytestmark = pytest.mark.unit
 
@@ -52,8 +52,17 @@ def project_files(root: Path, layers: dict[str, int]) -> list[str]:
                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
+def source_folder(module: str) -> str:
+    """The repository path of an installed module's name: streamfill.connectors.kafka is connectors/kafka (the
+    wheel puts the top-level folders under streamfill, streamfill.SUBPACKAGES)."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[0] == "streamfill" and parts[1] in SUBPACKAGES:
+        parts = parts[1:]
+    return "/".join(parts)
+
+
 def _module_file(root: Path, module: str) -> str | None:
-    base = module.replace(".", "/")
+    base = source_folder(module)
     for candidate in (f"{base}.py", f"{base}/__init__.py"):
         if (root / candidate).is_file():
             return candidate

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 import pytest
 from openlineage.client.serde import Serde
 
-from spark_jobs import lineage
-from spark_jobs.lineage_events import (
+from streamfill.spark_jobs import lineage
+from streamfill.spark_jobs.lineage_events import (
     Parent,
     airflow_dag_run_id,
     airflow_task_run_id,
@@ -24,7 +24,7 @@ from spark_jobs.lineage_events import (
     run_event,
     schema_facet,
 )
-from spark_jobs.pipelines.spec import PipelineSpec
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 from streamfill.datasets import KafkaTopic, PgTable
 from streamfill.errors import OptionError
 from tests import lineage_schema
@@ -92,8 +92,8 @@ def test_every_event_kind_is_valid_by_the_specification():
 def test_the_schema_facet_has_the_types_the_sink_creates():
     from pyspark.sql import types as T
 
-    from connectors.spark.pg_types import pg_type
-    from connectors.spark.source import SCHEMA
+    from streamfill.connectors.spark.pg_types import pg_type
+    from streamfill.connectors.spark.source import SCHEMA
 
     fields = {f["name"]: f.get("type") for f in as_json(schema_facet(SPEC))["fields"]}
     assert fields == {"topic": "text", "partition": "integer", "offset": "bigint", "kafka_timestamp": "timestamptz",

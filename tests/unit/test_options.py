@@ -2,9 +2,9 @@
 
 import pytest
 
-from connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve
-from connectors.kafka.options import parse
-from connectors.kafka.subscription import Assign, Subscribe, SubscribePattern
+from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve
+from streamfill.connectors.kafka.options import parse
+from streamfill.connectors.kafka.subscription import Assign, Subscribe, SubscribePattern
 from streamfill.errors import OptionError
 from streamfill.partitions import TopicPartition
 
@@ -51,7 +51,10 @@ def test_subscription_kinds():
     ({"subscribe": "a", "endingOffsets": "earliest"}, ["endingOffsets", "not a valid end"]),
     ({"subscribe": "a", "startingOffsets": '{"a": {"0": -7}}'}, ["startingOffsets", "-7"]),
     ({"subscribe": "a", "failOnDataLoss": "maybe"}, ["failOnDataLoss", "true or false"]),
-    ({"subscribe": "a", "kafka.group.id": "g"}, ["kafka.group.id", "Remove"]),
+    ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, ["kafka.enable.auto.commit", "Remove"]),
+    ({"subscribe": "a", "kafka.sasl.mechanism": "OAUTHBEARER", "kafka.security.protocol": "SASL_SSL"},
+     ["kafka.sasl.mechanism='OAUTHBEARER'", "is not supported", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"]),
+    ({"subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, ["kafka.sasl.mechanism", "GSSAPI"]),
     ({"subscribe": "a", "startingTimestamp": "yesterday"}, ["startingTimestamp", "epoch milliseconds"]),
 ])
 def test_bad_options_name_the_option_and_the_fix(options, names):

@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from offsets_db.reconcile import merge
-from orchestration.tasks import replay_job
+from streamfill.offsets_db.reconcile import merge
+from streamfill.orchestration.tasks import replay_job
 from streamfill.names import window_job
 
 pytestmark = pytest.mark.unit
@@ -30,8 +30,8 @@ def test_consumed_ranges_merge_per_partition():
 
 
 def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_field():
-    from orchestration.dag_ids import REPLAY
-    from orchestration.tasks import refuse_unknown_conf
+    from streamfill.orchestration.dag_ids import REPLAY
+    from streamfill.orchestration.tasks import refuse_unknown_conf
     from streamfill.errors import OptionError
 
     fields = {"job": "orders", "from": "earliest", "to": "latest", "table": None}
@@ -44,7 +44,7 @@ def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_fie
 
 
 def test_a_backfill_check_fails_in_the_replay_forms_words():
-    from orchestration.tasks import as_form_error
+    from streamfill.orchestration.tasks import as_form_error
     from streamfill.errors import OptionError
 
     cli = OptionError("--from", '{"0": 9}', "is after --to '{\"0\": 5}' on t-0", "choose a --to at or after --from; "
@@ -56,8 +56,8 @@ def test_a_backfill_check_fails_in_the_replay_forms_words():
 
 
 def test_a_replay_goes_only_where_its_user_may_use_the_entrys_dags_and_a_run_no_user_triggered_as_before():
-    from orchestration.replay_access import ReplayRefused, Trigger, check, own_tables, refusal
-    from spark_jobs.pipelines import PipelineSpec
+    from streamfill.orchestration.replay_access import ReplayRefused, Trigger, check, own_tables, refusal
+    from streamfill.spark_jobs.pipelines import PipelineSpec
 
     orders = PipelineSpec(name="orders", topic="orders", table="orders", columns={"id": {"type": "string"}})
     stream = "streamfill_stream__orders"

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from spark_jobs.pipelines import JobsFileError, load, read
-from spark_jobs.pipelines.expectations import class_name, extra, from_rules
-from spark_jobs.pipelines.types import TypeSyntaxError, parse_type
+from streamfill.spark_jobs.pipelines import JobsFileError, load, read
+from streamfill.spark_jobs.pipelines.expectations import class_name, extra, from_rules
+from streamfill.spark_jobs.pipelines.types import TypeSyntaxError, parse_type
 
 pytestmark = pytest.mark.unit
 
@@ -181,7 +181,7 @@ def test_avro_values_become_json_text_in_plain_and_confluent_framing():
 
     import fastavro
 
-    from spark_jobs.pipelines.avro import to_json
+    from streamfill.spark_jobs.pipelines.avro import to_json
 
     parsed = fastavro.parse_schema(AVRO)
     buf = io.BytesIO()
@@ -199,7 +199,7 @@ def test_whole_numbers_of_an_entry_refuse_yaml_booleans():
     """`max_offsets_per_trigger: true` is not 1: YAML booleans are refused where a whole number is expected."""
     from pydantic import ValidationError
 
-    from spark_jobs.pipelines.spec import PipelineSpec
+    from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
     with pytest.raises(ValidationError, match="max_offsets_per_trigger"):
         PipelineSpec.model_validate({"name": "x", "topic": "t", "columns": {"id": {"type": "bigint"}},
@@ -207,7 +207,7 @@ def test_whole_numbers_of_an_entry_refuse_yaml_booleans():
 
 
 def test_an_error_message_with_brackets_is_printed_whole(capsys):
-    from spark_jobs.runs import fail
+    from streamfill.spark_jobs.runs import fail
     from streamfill.errors import OptionError
 
     exit_ = fail(OptionError("key", ["nope"], "names no declared column", "name declared columns, e.g. key: [a]"))
@@ -216,7 +216,7 @@ def test_an_error_message_with_brackets_is_printed_whole(capsys):
 
 
 def test_max_offsets_per_trigger_zero_is_refused_not_replaced_by_the_entrys():
-    from spark_jobs.stream import StreamArgs
+    from streamfill.spark_jobs.stream import StreamArgs
     from streamfill.errors import OptionError
 
     with pytest.raises(OptionError, match=r"--max-offsets-per-trigger 0 must be at least 1"):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka.planner import OffsetRange, backlog, offsets_behind, ranges_between, rate_limit, split_ranges
+from streamfill.connectors.kafka.planner import OffsetRange, backlog, offsets_behind, ranges_between, rate_limit, split_ranges
 from streamfill.errors import OptionError
 from streamfill.partitions import TopicPartition
 

@@ -17,8 +17,8 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka import reader
-from connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka import reader
+from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.errors import BrokerError, DataLossError
 
 pytestmark = pytest.mark.unit

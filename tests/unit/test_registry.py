@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from spark_jobs.pipelines.registry import columns_of
-from spark_jobs.pipelines.spec import PipelineSpec
+from streamfill.spark_jobs.pipelines.registry import columns_of
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 pytestmark = pytest.mark.unit
 

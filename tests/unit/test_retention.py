@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from offsets_db.retention import RULES, Removed
-from spark_jobs.maintenance import Pruned
+from streamfill.offsets_db.retention import RULES, Removed
+from streamfill.spark_jobs.maintenance import Pruned
 from streamfill.errors import OptionError
 from streamfill.retention import DEFAULT, Retention, parse_age, written
 from streamfill.settings import get_settings

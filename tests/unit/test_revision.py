@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offsets_db import revision
+from streamfill.offsets_db import revision
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.kafka.json_values import ValueColumn
-from spark_jobs.pipelines import PipelineSpec
+from streamfill.connectors.kafka.json_values import ValueColumn
+from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.rules import KEYS, BrokenWhen, Rule, as_mapping, rules_of
 
 pytestmark = pytest.mark.unit

@@ -10,10 +10,10 @@ import pytest
 import typer
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from app.commands.offsets import parse_since
-from connectors.kafka.options import parse as parse_source
-from connectors.postgres import copy, sink_options, stage, target
-from connectors.spark import kafka_sink
+from streamfill.app.commands.offsets import parse_since
+from streamfill.connectors.kafka.options import parse as parse_source
+from streamfill.connectors.postgres import copy, sink_options, stage, target
+from streamfill.connectors.spark import kafka_sink
 from streamfill.errors import CheckpointMismatch, OptionError
 from streamfill.names import parse_table
 
@@ -155,7 +155,7 @@ def test_kafka_sink_options():
 
 def test_postgres_sink_ending_offsets_name_the_batch_or_fail_before_connecting():
     """endingOffsets (a backfill chunk's ends) is checked before the sink reaches PostgreSQL."""
-    from connectors.spark.postgres_sink import _plan
+    from streamfill.connectors.spark.postgres_sink import _plan
 
     schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
                          StructField("offset", LongType())])

@@ -5,40 +5,43 @@ The cluster run itself: tests/integration/test_jobs.py."""
 from __future__ import annotations
 
 import sys
-import tomllib
 import zipfile
 import zipimport
 
 import pytest
 
-from spark_jobs import py_files
+from streamfill.spark_jobs import py_files
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
-from tests.unit.test_layers import imports_of
+from tests.packaging import pyproject
+from tests.unit.test_layers import imports_of, source_folder
 
 pytestmark = pytest.mark.unit
 
 
 def test_the_shipped_packages_are_installed_ones_and_import_nothing_outside_them():
-    conf = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    installed = {p.rstrip("*") for p in conf["tool"]["setuptools"]["packages"]["find"]["include"]}
+    installed = set(pyproject()["tool"]["setuptools"]["packages"])
     assert set(py_files.PACKAGES) <= installed
+    folders = {source_folder(name) for name in py_files.PACKAGES}
     outside = [f"{path} imports {module} ({target})"
-               for name in py_files.PACKAGES for file in (REPO_ROOT / name).rglob("*.py")
+               for folder in folders for file in (REPO_ROOT / folder).rglob("*.py")
                for path in [str(file.relative_to(REPO_ROOT))] for module, target in imports_of(REPO_ROOT, path)
-               if target.split("/")[0] not in py_files.PACKAGES]
+               if target.split("/")[0] not in folders]
     assert outside == []
 
 
 def test_the_archive_holds_the_packages_with_their_data_and_imports_from_a_zip(tmp_path):
     path = py_files.build(tmp_path)
     names = zipfile.ZipFile(path).namelist()
-    for expected in ("streamfill/__init__.py", "connectors/spark/source.py", "spark_jobs/pipelines/compile.py",
-                     "offsets_db/migrations/script.py.mako"):  # package data too
+    for expected in ("streamfill/__init__.py", "streamfill/connectors/spark/source.py",
+                     "streamfill/spark_jobs/pipelines/compile.py",
+                     "streamfill/offsets_db/migrations/script.py.mako"):  # package data too
         assert expected in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    assert {n.split("/")[0] for n in names} == set(py_files.PACKAGES)  # no app, no orchestration
-    assert zipimport.zipimporter(str(path)).find_spec("connectors") is not None
+    parts = {n.split("/")[1] for n in names if n.count("/") > 1}
+    assert parts == {"connectors", "offsets_db", "spark_jobs"}  # no app, no orchestration
+    assert {n.split("/")[0] for n in names} == {"streamfill"}
+    assert zipimport.zipimporter(str(path)).find_spec("streamfill") is not None
 
 
 def _tree(root, files: dict[str, str]):
@@ -102,7 +105,7 @@ def test_only_cluster_masters_ship():
 @pytest.mark.parametrize("master", ["local[*]", "spark://h:7077"])
 def test_airflows_spark_submit_ships_the_code_and_keeps_the_users_python_on_a_cluster(monkeypatch, tmp_path,
                                                                                       master):
-    from orchestration import tasks
+    from streamfill.orchestration import tasks
 
     launched = {}
 

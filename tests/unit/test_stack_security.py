@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.stack.pg_auth import hba_conf, ident_conf, uses_trust, write_conf
-from app.stack.secret_file import ensure_secret, private_dir, write_private
+from streamfill.app.stack.pg_auth import hba_conf, ident_conf, uses_trust, write_conf
+from streamfill.app.stack.secret_file import ensure_secret, private_dir, write_private
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -2,9 +2,9 @@ import socket
 
 import pytest
 
-from app.stack import StackError, _check_ports
-from app.stack.kafka import Kafka
-from app.stack.process import port_free
+from streamfill.app.stack import StackError, _check_ports
+from streamfill.app.stack.kafka import Kafka
+from streamfill.app.stack.process import port_free
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -41,7 +41,7 @@ def test_a_port_in_use_names_port_service_and_setting(tmp_path):
 
 
 def test_launches_get_the_class_archive_only_once_it_exists_and_keep_their_own_jvm_options(tmp_path):
-    from spark_jobs import class_archive
+    from streamfill.spark_jobs import class_archive
 
     path = class_archive.archive_path(tmp_path)
     if path is None:

@@ -34,7 +34,7 @@ jobs:
 DOWNSTREAM = """\
 from airflow.sdk import DAG, IdentityMapper, PartitionedAssetTimetable
 from airflow.providers.standard.operators.empty import EmptyOperator
-from orchestration import downstream
+from streamfill.orchestration import downstream
 
 with DAG("orders_report", schedule=PartitionedAssetTimetable(assets=downstream.stream_asset("orders_us"),
                                                               default_partition_mapper=IdentityMapper())) as dag:
@@ -47,8 +47,7 @@ def airflow_env(monkeypatch, tmp_path):
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(ENTRIES)
     monkeypatch.setenv("AIRFLOW_VAR_STREAMFILL_JOBS_FILE", str(jobs))
-    monkeypatch.setenv("AIRFLOW_CONN_STREAMFILL_POSTGRES", json.dumps(
-        {"conn_type": "postgres", "host": "db", "port": 5432, "schema": "streamfill"}))
+    monkeypatch.setenv("STREAMFILL_ASSETS_DATABASE", "postgres://db:5432/streamfill")
     return tmp_path
 
 
@@ -62,7 +61,7 @@ def _collected(dags: dict) -> dict:
 
 
 def test_jobs_writing_one_table_keep_one_announcer_of_both_and_a_downstream_file_declares_it_alike(airflow_env):
-    from orchestration.dags import build
+    from streamfill.orchestration.dags import build
 
     collected = _collected(build())
     orders, refunds = (f"postgres://db:5432/streamfill/public/{t}" for t in ("orders", "refunds"))
@@ -83,10 +82,9 @@ def test_the_announcers_of_more_tables_than_the_event_loops_default_threads_all_
     for good, so it must not hold one of them."""
     from airflow.sdk import BaseHook
 
-    import offsets_db.engine
-    import orchestration.announce
-    import orchestration.connections
-    from orchestration.announcer_trigger import CommitAnnouncer
+    from streamfill.offsets_db import engine
+    from streamfill.orchestration import announce, connections
+    from streamfill.orchestration.announcer_trigger import CommitAnnouncer
 
     tables = min(32, (os.cpu_count() or 1) + 4) + 2
     running: set[str] = set()
@@ -102,9 +100,9 @@ def test_the_announcers_of_more_tables_than_the_event_loops_default_threads_all_
             sleep(0.05)
 
     monkeypatch.setattr(BaseHook, "aget_connection", staticmethod(connection))
-    monkeypatch.setattr(offsets_db.engine, "make_engine", lambda url: type("E", (), {"dispose": lambda s: None})())
-    monkeypatch.setattr(orchestration.connections, "postgres_url", lambda conn: "postgresql://db/streamfill")
-    monkeypatch.setattr(orchestration.announce.Announcer, "run", run)
+    monkeypatch.setattr(engine, "make_engine", lambda url: type("E", (), {"dispose": lambda s: None})())
+    monkeypatch.setattr(connections, "postgres_url", lambda conn: "postgresql://db/streamfill")
+    monkeypatch.setattr(announce.Announcer, "run", run)
 
     async def triggerer() -> int:
         watchers = [asyncio.create_task(anext(CommitAnnouncer(f"postgres://db:5432/streamfill/public/t{i}",

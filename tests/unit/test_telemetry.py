@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from spark_jobs.telemetry import EXPORTER_ENV, JOB_LABEL, PROMETHEUS_NAMES, exporters
+from streamfill.spark_jobs.telemetry import EXPORTER_ENV, JOB_LABEL, PROMETHEUS_NAMES, exporters
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
 

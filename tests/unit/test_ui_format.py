@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestration.ui import format as fmt
+from streamfill.orchestration.ui import format as fmt
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +55,7 @@ def test_raw_bytes_are_shown_as_text_with_escapes_and_as_hex_and_cut():
 
 
 def test_lag_now_is_the_log_end_now_for_a_stream_and_what_is_left_of_its_range_for_a_backfill():
-    from orchestration.ui.format import lag_now, window_of
+    from streamfill.orchestration.ui.format import lag_now, window_of
 
     positions = {("t", 0): 100, ("t", 1): 40}
     assert lag_now(positions, {("t", 0): 130, ("t", 1): 40}) == (30, 30)

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from connectors.spark import worker_gc
+from streamfill.connectors.spark import worker_gc
 
 pytestmark = pytest.mark.unit
 

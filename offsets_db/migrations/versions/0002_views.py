@@ -6,7 +6,7 @@ Revises: 0001
 
 from alembic import op
 
-from offsets_db import views
+from streamfill.offsets_db import views
 
 revision = "0002"
 down_revision = "0001"

@@ -7,7 +7,7 @@ Revises: 0002
 import sqlalchemy as sa
 from alembic import op
 
-from offsets_db import views
+from streamfill.offsets_db import views
 
 revision = "0003"
 down_revision = "0002"

@@ -10,7 +10,7 @@ Revises: 0005
 
 from alembic import context, op
 
-from offsets_db import schema
+from streamfill.offsets_db import schema
 
 revision = "0006"
 down_revision = "0005"
