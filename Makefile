@@ -51,6 +51,12 @@ browser:
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
+# the unit tests and one backfill on every supported Python and on the oldest supported Airflow, each in a fresh
+# venv within pyproject.toml's ranges; writes the matrix into docs/requirements.md (tests/matrix.py)
+test-matrix: install
+	$(BIN)/streamfill stack up
+	$(BIN)/python -m tests.matrix
+
 # the randomized checker of docs/guarantees.md's invariants on new seeds until SECONDS are up, against a PostgreSQL
 # of its own (the local stack's binaries); prints the runs, faults and offsets checked, and every failing seed
 SECONDS ?= 600

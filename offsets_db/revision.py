@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from streamfill.offsets_db import schema
+from streamfill import requirements
 from streamfill.errors import RevisionMismatch
 
 UPGRADE = "stop the streams, then run `streamfill db upgrade` (docs/upgrading.md)"
@@ -49,7 +50,11 @@ def problem(found: str | None, known: tuple[str, ...], schema_name: str) -> str 
 
 
 def check(cur, schema_name: str | None = None) -> None:
-    """RevisionMismatch, naming both revisions and what to run, unless offsets_db is at this code's revision."""
+    """RevisionMismatch, naming both revisions and what to run, unless offsets_db is at this code's revision;
+    UnsupportedVersion on a PostgreSQL older than streamfill needs."""
+    cur.execute("SHOW server_version_num")
+    info = cur.connection.info
+    requirements.postgres(int(cur.fetchone()[0]), f"{info.host}:{info.port}/{info.dbname}")
     schema_name = schema_name or schema.name()
     why = problem(stored(cur, schema_name), revisions(), schema_name)
     if why:

@@ -3,10 +3,11 @@
 Connection `streamfill_kafka`, either of the apache-kafka provider's type `kafka`, whose extra is the librdkafka
 configuration itself (`bootstrap.servers`, `security.protocol`, `sasl.username`, `sasl.password`, ...; the login
 and password fill `sasl.username` and `sasl.password` when the extra does not), or of streamfill's type
-`streamfill_kafka` (any other type reads the same way): host and port or the extra `bootstrap_servers`; login and
+`streamfill_kafka`, with form fields in Airflow's connection form (any other type reads the same way): host and port or the extra `bootstrap_servers`; login and
 password for SASL; the extras `security_protocol`, `sasl_mechanism`, `ssl_ca_location`, `ssl_certificate_location`,
 `ssl_key_location`, `ssl_key_password` and `group_id` (streamfill.kafka_client's fields). Connection
-`streamfill_schema_registry`: the extra `url` (or the host, a URL), login and password. Airflow masks the password
+`streamfill_schema_registry` (of the type of that name, or any): the extra `url` (or the host, a URL), login and
+password. Airflow masks the password
 and any extra named like a secret in its logs and UI.
 """
 
@@ -28,12 +29,21 @@ API_CONNECTION = "streamfill_airflow_api"
 PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
 PROVIDER_KAFKA_TYPE = "kafka"  # the apache-kafka provider's connection type: its extra is librdkafka's config
+KAFKA_TYPE = "streamfill_kafka"  # streamfill's own types, with form fields (orchestration/provider.py)
+SCHEMA_REGISTRY_TYPE = "streamfill_schema_registry"
+
+
+def extras(conn) -> dict:
+    """A connection's extras by their field names: a form of an older Airflow UI saves a field of a provider's
+    type as `extra__<type>__<field>`."""
+    prefix = f"extra__{getattr(conn, 'conn_type', None)}__"
+    return {k.removeprefix(prefix): v for k, v in (conn.extra_dejson or {}).items()}
 
 
 def kafka_client(conn) -> dict[str, str]:
     """librdkafka settings of an Airflow Connection (secrets included: for a client or a job's environment)."""
-    extra = conn.extra_dejson
-    if conn.conn_type == PROVIDER_KAFKA_TYPE:
+    extra = extras(conn)
+    if getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE:
         conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()}
         if not conf.get("bootstrap.servers"):
             raise OptionError(f"extra of connection {KAFKA_CONNECTION}", None, "has no bootstrap.servers (a "
@@ -52,7 +62,7 @@ def kafka_client(conn) -> dict[str, str]:
         prop = CLIENT_FIELDS[field]
         if prop in conf:
             if conf[prop].upper() not in known:
-                key = prop if conn.conn_type == PROVIDER_KAFKA_TYPE else field
+                key = prop if getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE else field
                 raise OptionError(f"extra {key} of connection {KAFKA_CONNECTION}", conf[prop],
                                   f"is not one of {', '.join(known)}", "Fix the connection (Admin > Connections)")
             conf[prop] = conf[prop].upper()
@@ -62,7 +72,7 @@ def kafka_client(conn) -> dict[str, str]:
 def kafka_connection(conf: Mapping[str, str]) -> dict:
     """The connection (as AIRFLOW_CONN_* JSON takes it) for librdkafka settings `conf`."""
     by_prop = {prop: field for field, prop in CLIENT_FIELDS.items()}
-    out: dict = {"conn_type": "generic", "extra": {}}
+    out: dict = {"conn_type": KAFKA_TYPE, "extra": {}}
     for prop, value in conf.items():
         if prop in _FROM_LOGIN:
             out[_FROM_LOGIN[prop]] = value
@@ -73,7 +83,7 @@ def kafka_connection(conf: Mapping[str, str]) -> dict:
 
 def schema_registry_client(conn) -> dict[str, str]:
     """The registry's client settings (SchemaRegistryClient's names) from its Airflow connection."""
-    url = conn.extra_dejson.get("url") or (conn.host if "://" in (conn.host or "") else
+    url = extras(conn).get("url") or (conn.host if "://" in (conn.host or "") else
                                            f"http://{conn.host}:{conn.port or 8081}")
     conf = {"url": url}
     if conn.login:
@@ -92,7 +102,7 @@ def schema_registry_env(conf: Mapping[str, str]) -> dict[str, str]:
 
 def schema_registry_connection(conf: Mapping[str, str]) -> dict:
     """The registry's connection (AIRFLOW_CONN_* JSON) for its client settings `conf`."""
-    out: dict = {"conn_type": "generic", "extra": {"url": conf["url"]}}
+    out: dict = {"conn_type": SCHEMA_REGISTRY_TYPE, "extra": {"url": conf["url"]}}
     if conf.get("basic.auth.user.info"):
         out["login"], out["password"] = conf["basic.auth.user.info"].split(":", 1)
     return out

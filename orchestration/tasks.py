@@ -35,7 +35,7 @@ from streamfill.orchestration.connections import (
 from streamfill import spark_jobs
 from streamfill.spark_jobs import class_archive, py_files
 from streamfill.spark_jobs.runs import flag
-from streamfill import REPO_ROOT, durations
+from streamfill import REPO_ROOT, durations, requirements
 from streamfill.errors import OptionError, UnknownJob
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, settings_env
 from streamfill.partitions import TopicPartition
@@ -119,6 +119,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     # interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py, docs/infrastructure.md)
     ship = ["--py-files", str(py_files.archive(get_settings().home)),
             "--conf", f"spark.pyspark.driver.python={sys.executable}"] if cluster else []
+    requirements.check_java()
     cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master, *ship,
            "--conf", "spark.ui.showConsoleProgress=false", str(Path(spark_jobs.__file__).parent / script), *args]
     # a cluster's executors run the PYSPARK_PYTHON of Airflow's environment when it names one

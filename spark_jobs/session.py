@@ -10,7 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streamfill.spark_jobs import class_archive, py_files
-from streamfill import failpoints
+from streamfill import failpoints, requirements
 from streamfill.settings import Settings, get_settings
 
 
@@ -30,6 +30,7 @@ def spark_session(app_name: str, settings: Settings | None = None,
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
     builder = SparkSession.builder
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master decides
+        requirements.check_java()  # the JVM starts here: refuse an old Java in words, not a class-version error
         builder = builder.master(settings.spark_master)
         os.environ.update(class_archive.with_archive(dict(os.environ), settings.home))  # the JVM starts here
     builder = (builder.appName(app_name)
@@ -46,6 +47,7 @@ def spark_session(app_name: str, settings: Settings | None = None,
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    requirements.spark(session.version)
     session.sparkContext.setLogLevel("WARN")
     _ship_code(session, settings)
     return session

@@ -1,15 +1,10 @@
-"""pyproject.toml as data, for the tests of what the project installs (Python 3.10 has no tomllib)."""
+"""pyproject.toml as data, for the tests of what the project installs."""
 
 from __future__ import annotations
 
-import sys
+import tomllib
 
 from streamfill import REPO_ROOT
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 
 def pyproject() -> dict:

@@ -23,7 +23,8 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from streamfill.app.stack.airflow import connections
+from streamfill.app.stack.airflow import connections, kafka_client
+from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.orchestration.connections import API_CONNECTION
@@ -113,9 +114,14 @@ def their_airflow(stack_settings, tmp_path_factory):
     grants = {"admin": None, **{user: team_grants(name) for user, name in teams.items()}}
 
     with metadata_database(stack_settings) as db_url:
+        # the cluster as a team holds it: a connection of the apache-kafka provider's type `kafka`, its extra the
+        # librdkafka configuration of the stack's SASL_SSL listener, password included
+        kafka = {"conn_type": "kafka", "extra": kafka_client(stack_settings)}
+        assert kafka_client(stack_settings)["security.protocol"] == "SASL_SSL"
         airflow = TheirAirflow(root, python, stack_settings.host, db_url, {
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder), "AIRFLOW__CORE__AUTH_MANAGER": FAB,
-            "STREAMFILL_HOME": str(root / "streamfill_home"), **connections(stack_settings)})
+            "STREAMFILL_HOME": str(root / "streamfill_home"), **connections(stack_settings),
+            f"AIRFLOW_CONN_{KAFKA_CONNECTION.upper()}": json.dumps(kafka)})
         # the replay form asks this Airflow's API who triggered its run, as its admin (not the stack's Airflow)
         airflow.env[f"AIRFLOW_CONN_{API_CONNECTION.upper()}"] = json.dumps(
             {"conn_type": "http", "host": airflow.url, "login": "admin", "password": passwords["admin"]})
@@ -185,6 +191,11 @@ def test_the_wheel_in_their_airflow_parses_the_short_dag_file_and_a_replay_lands
     assert details["fileloc"] == str(their.dag_file)
     errors = their.airflow.cli("dags", "list-import-errors", "-o", "json")
     assert errors.returncode == 0 and json.loads(errors.stdout.strip().splitlines()[-1]) == [], errors.stdout
+    # the wheel is a provider there: its connection types come with their form's fields
+    providers = {p["package_name"]: p for p in api.call("GET", "/api/v2/providers?limit=100")["providers"]}
+    assert providers["streamfill"]["version"] == checkout_version()
+    forms = {h["connection_type"]: h for h in api.call("GET", "/ui/connections/hook_meta")}
+    assert set(forms["streamfill_kafka"]["extra_fields"]) >= {"bootstrap_servers", "security_protocol", "group_id"}
     # the page comes from the wheel's entry point (that Airflow has no plugins folder)
     plugins = api.call("GET", "/api/v2/plugins")["plugins"]
     assert [p["source"] for p in plugins if p["name"] == "streamfill"] == [

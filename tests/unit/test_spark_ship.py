@@ -122,6 +122,7 @@ def test_airflows_spark_submit_ships_the_code_and_keeps_the_users_python_on_a_cl
         launched.update(cmd=cmd, env=env)
         return Done()
 
+    tasks.requirements.check_java()  # this machine's Java, checked once before Popen is a stand-in
     monkeypatch.setattr(tasks.subprocess, "Popen", popen)
     monkeypatch.setenv("STREAMFILL_HOME", str(tmp_path))
     monkeypatch.delenv("STREAMFILL_JOBS_FILE", raising=False)
