@@ -13,9 +13,14 @@ from collections.abc import Mapping
 
 KAFKA_CONNECTION = "streamfill_kafka"  # the Airflow connection of the cluster
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# mechanisms librdkafka knows that streamfill is not tested with (token providers, Kerberos): refused at launch
-UNSUPPORTED_MECHANISMS = ("OAUTHBEARER", "GSSAPI")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# Kerberos: librdkafka knows it, streamfill is not tested with it, so a launch refuses it
+UNSUPPORTED_MECHANISMS = ("GSSAPI",)
+# OAUTHBEARER's token source, one of which a launch requires: an OIDC provider's client credentials (production),
+# or an unsecured token librdkafka makes itself (a broker with Kafka's unsecured validator: tests)
+OIDC_PROPERTIES = ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
+                   "sasl.oauthbearer.token.endpoint.url")
+UNSECURED_JWT = "enable.sasl.oauthbearer.unsecure.jwt"
 DEFAULT_GROUP_ID = "streamfill-reader"  # the reader's consumer group: it assigns partitions and never commits
 
 # field (setting STREAMFILL_KAFKA_<FIELD>, connection extra <field>) -> librdkafka property

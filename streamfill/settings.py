@@ -56,6 +56,8 @@ class Settings(BaseSettings):
                                          "verify-ca and verify-full trust the stack's CA")
     pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")
     kafka_sasl_port: int = Field(9094, ge=1, le=65535, description="the local broker's SASL_SSL listener")
+    kafka_oauth_port: int = Field(9095, ge=1, le=65535, description="the local broker's OAUTHBEARER listener "
+                                  "(unsecured tokens, for tests)")
     kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
     kafka_security_protocol: str | None = Field(None, description=f"one of {', '.join(SECURITY_PROTOCOLS)}")
     kafka_sasl_mechanism: str | None = Field(None, description=f"one of {', '.join(SASL_MECHANISMS)}")
@@ -213,6 +215,13 @@ class Settings(BaseSettings):
                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": KAFKA_JOBS_USER,
                 "sasl.password": self.kafka_password_file.read_text().strip(),
                 "ssl.ca.location": str(self.ca_file)}
+
+    def kafka_oauth_client(self) -> dict[str, str]:
+        """librdkafka settings for the local broker's OAUTHBEARER listener: an unsecured token whose subject is
+        KAFKA_JOBS_USER (a production cluster takes sasl.oauthbearer.method=oidc instead)."""
+        return {"bootstrap.servers": f"{self.host}:{self.kafka_oauth_port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                "sasl.oauthbearer.config": f"principal={KAFKA_JOBS_USER}"}
 
     @property
     def local_schema_registry_url(self) -> str:

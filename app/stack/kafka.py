@@ -1,9 +1,11 @@
 """Apache Kafka in KRaft combined mode (one broker that is also the controller), from the jars on Maven Central.
 
-Two client listeners: PLAINTEXT for the demo and the CLI, and SASL_SSL (SCRAM-SHA-512, a certificate signed by
-the stack's own CA) with the authorizer on, as a team's cluster would ask for credentials and ACLs. On the
-PLAINTEXT and controller listeners clients are User:ANONYMOUS, a super user; on SASL_SSL the jobs' SCRAM user
-may use every topic, group and transactional id, and any other user only what an ACL grants it.
+Three client listeners: PLAINTEXT for the demo and the CLI; SASL_SSL (SCRAM-SHA-512, a certificate signed by the
+stack's own CA) with the authorizer on, as a team's cluster would ask for credentials and ACLs; and OAUTH
+(SASL_PLAINTEXT with OAUTHBEARER, tokens checked by Kafka's unsecured JWT validator) to test the token path end to
+end without an identity provider. On the PLAINTEXT and controller listeners clients are User:ANONYMOUS, a super
+user; on SASL_SSL the jobs' SCRAM user, and on OAUTH a token whose subject is that user, may use every topic,
+group and transactional id, and any other user only what an ACL grants it.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ class Kafka(ProcessGroupService):
     def ports(self) -> list[tuple[int, str]]:
         return [(self.settings.kafka_port, "STREAMFILL_KAFKA_PORT"),
                 (self.settings.kafka_controller_port, "STREAMFILL_KAFKA_CONTROLLER_PORT"),
-                (self.settings.kafka_sasl_port, "STREAMFILL_KAFKA_SASL_PORT")]
+                (self.settings.kafka_sasl_port, "STREAMFILL_KAFKA_SASL_PORT"),
+                (self.settings.kafka_oauth_port, "STREAMFILL_KAFKA_OAUTH_PORT")]
 
     def _java(self) -> str:
         java = shutil.which("java")
@@ -91,12 +94,18 @@ class Kafka(ProcessGroupService):
             "node.id=1",
             f"controller.quorum.bootstrap.servers={s.host}:{s.kafka_controller_port}",
             f"listeners=PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port},"
-            f"SASL_SSL://{s.host}:{s.kafka_sasl_port}",
-            f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port},SASL_SSL://{s.host}:{s.kafka_sasl_port}",
+            f"SASL_SSL://{s.host}:{s.kafka_sasl_port},OAUTH://{s.host}:{s.kafka_oauth_port}",
+            f"advertised.listeners=PLAINTEXT://{s.host}:{s.kafka_port},SASL_SSL://{s.host}:{s.kafka_sasl_port},"
+            f"OAUTH://{s.host}:{s.kafka_oauth_port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
+            "OAUTH:SASL_PLAINTEXT",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            # no server callback handler: Kafka's unsecured JWT validator checks the tokens (tests only)
+            "listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER",
+            "listener.name.oauth.oauthbearer.sasl.jaas.config="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             "listener.name.sasl_ssl.ssl.keystore.type=PEM",

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 
 from streamfill.errors import OptionError
 from streamfill.kafka_client import (
+    OIDC_PROPERTIES,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
+    UNSECURED_JWT,
     UNSUPPORTED_MECHANISMS,
     describe,
     setting_names,
@@ -45,6 +47,8 @@ def client_config(kafka: Mapping[str, str]) -> dict[str, str]:
         raise OptionError("kafka.sasl.mechanism", None, f"is not set for {conf['security.protocol']}, and "
                           "librdkafka would then use GSSAPI (Kerberos), which streamfill does not support",
                           f"Set it to one of {', '.join(SASL_MECHANISMS)}")
+    if conf.get("sasl.mechanism") == "OAUTHBEARER":
+        _token_source(conf)
     if "sasl.jaas.config" in conf:
         _from_jaas(conf, conf.pop("sasl.jaas.config"))
     _trust_store(conf)
@@ -54,11 +58,28 @@ def client_config(kafka: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+def _token_source(conf: dict[str, str]) -> None:
+    """OAUTHBEARER gets its tokens from an OIDC provider (client credentials) or, on a test broker, unsecured."""
+    if conf.get(UNSECURED_JWT, "").lower() == "true":
+        return
+    if conf.get("sasl.oauthbearer.method", "").lower() != "oidc":
+        oidc = ", ".join(f"kafka.{p}" for p in OIDC_PROPERTIES)
+        raise OptionError("kafka.sasl.oauthbearer.method", conf.get("sasl.oauthbearer.method"),
+                          "is not oidc, and OAUTHBEARER needs a source of tokens",
+                          f"Set kafka.sasl.oauthbearer.method=oidc with {oidc} (on a test broker with Kafka's "
+                          f"unsecured validator: kafka.{UNSECURED_JWT}=true)")
+    missing = [p for p in OIDC_PROPERTIES if not conf.get(p)]
+    if missing:
+        raise OptionError(f"kafka.{missing[0]}", None, "is required with sasl.oauthbearer.method=oidc",
+                          f"Set {', '.join(f'kafka.{p}' for p in missing)} (the client credentials the identity "
+                          "provider gave this job, and its token endpoint)")
+
+
 def _mechanism(value: str, key: str) -> str:
     if value.upper() in UNSUPPORTED_MECHANISMS:
         raise OptionError(f"kafka.{key}", value, "is not supported: streamfill authenticates to Kafka with "
                           f"{', '.join(SASL_MECHANISMS)} over SASL, or a client certificate over SSL",
-                          "Use one of those (docs/kafka-security.md); a cluster that accepts only OAuth tokens or "
+                          "Use one of those (docs/connectors.md, \"Your Kafka\"); a cluster that accepts only "
                           "Kerberos cannot be read by this version")
     return _one_of(value, SASL_MECHANISMS, key)
 

@@ -18,8 +18,10 @@ from streamfill.kafka_client import KAFKA_CONNECTION, describe, is_secret, setti
 from streamfill.partitions import TopicPartition
 from streamfill.settings import get_settings
 
-# whom a secret belongs to: the cluster, and the principal (its SASL user, or its certificate and key)
-OWNER = ("bootstrap.servers", "sasl.username", "ssl.certificate.location", "ssl.key.location")
+# whom a secret belongs to: the cluster, and the principal (its SASL user, its OIDC client, or its certificate and
+# key)
+OWNER = ("bootstrap.servers", "sasl.username", "sasl.oauthbearer.client.id", "ssl.certificate.location",
+         "ssl.key.location")
 TIMEOUT_S = 10.0  # the batch is committed by then: a mirror that cannot reach the cluster gives up, not the stream
 
 _brokers: dict[frozenset, Broker] = {}  # the committing process's client, kept for the next batch once it worked

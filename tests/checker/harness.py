@@ -33,8 +33,9 @@ from streamfill.settings import Settings
 from tests.checker.model import Model
 from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
                                     CRASH_BETWEEN_TASKS, DELETE, DOWN_AT_COMMIT, KILLED_AFTER_COMMIT,
-                                    KILLED_BEFORE_COMMIT, LOST_WORKER, PARTITIONS, PLAINTEXT, READER, STREAM,
-                                    TRIGGER, UPDATE, Action, Record, Scenario, Write, record)
+                                    KILLED_BEFORE_COMMIT, LOST_WORKER, OAUTH, PARTITIONS, PLAINTEXT, READER,
+                                    SASL_SSL, STREAM, TRIGGER, UPDATE, Action, Record, Scenario, Write,
+                                    record)
 
 CHECK = "sf_checker_short_v"
 AT_ONCE = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
@@ -145,7 +146,7 @@ class Run:
         """What the source does at planning: the job held by this launch, its range recorded."""
         job, writer = self.job(step.writer), self.scenario.writers[step.writer]
         if step.writer not in self.leases:
-            config = self.mirrors.config(writer.mirror, self.topic(step.writer), self.group(step.writer)) \
+            config = self.mirrors.config(writer.listener, self.topic(step.writer), self.group(step.writer)) \
                 if writer.mirror and self.mirrors else None
             self.store.ensure_job(job, "stream" if writer.path == STREAM else "backfill", config)
             self.leases[step.writer] = self.store.hold(job)
@@ -242,7 +243,7 @@ class Run:
     def committing(self, step: Write):
         """The committing process's environment: a SASL_SSL mirror takes its secrets from STREAMFILL_KAFKA_*."""
         writer = self.scenario.writers[step.writer]
-        return self.mirrors.environment(writer.mirror) if writer.mirror and self.mirrors else nullcontext()
+        return self.mirrors.environment(writer.listener) if writer.mirror and self.mirrors else nullcontext()
 
     def check_mirror(self, step: Write) -> None:
         """commitToGroup: after every commit, the group's offsets are offsets_db's."""
@@ -534,7 +535,8 @@ class Mirrors:
         self.groups: list[str] = []
 
     def client(self, listener: str) -> dict[str, str]:
-        return self.cluster.kafka_client() if listener == PLAINTEXT else self.cluster.kafka_secured_client()
+        return {PLAINTEXT: self.cluster.kafka_client, SASL_SSL: self.cluster.kafka_secured_client,
+                OAUTH: self.cluster.kafka_oauth_client}[listener]()
 
     @contextmanager
     def environment(self, listener: str):

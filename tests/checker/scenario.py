@@ -51,6 +51,7 @@ T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
 
 
 PLAINTEXT, SASL_SSL = "PLAINTEXT", "SASL_SSL"  # the listener of a job's commitToGroup mirror
+OAUTH = "OAUTH"  # the stack's OAUTHBEARER listener: a SASL mirror that logs in with tokens
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,14 @@ class Writer:
     # a stream's first offset in each partition, its `start` resolved by its first launch (0: earliest); out of
     # repr, so the scenarios of seeds that draw none keep their fingerprints
     start: int = field(default=0, repr=False)
+    # a SASL mirror's login: OAUTHBEARER tokens on the stack's OAUTH listener instead of SCRAM on SASL_SSL; out of
+    # repr like `start`
+    tokens: bool = field(default=False, repr=False)
+
+    @property
+    def listener(self) -> str | None:
+        """The listener the mirror commits through."""
+        return OAUTH if self.tokens else self.mirror
 
     @property
     def job(self) -> bool:
@@ -151,11 +160,12 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
         job = path != WRITE
         mirrors = random.Random(f"{seed}/mirror/{n}")  # drawn apart: the seeds drawn before it draw as they did
         mirror = mirrors.choice((PLAINTEXT, SASL_SSL)) if job and mirrors.random() < 0.3 else None
+        tokens = mirror == SASL_SSL and random.Random(f"{seed}/tokens/{n}").random() < 0.5  # apart too
         starts = random.Random(f"{seed}/start/{n}")  # drawn apart too
         start = starts.randrange(1, 400) if path == STREAM and starts.random() < 0.3 else 0
         writers.append(Writer(path, dead_letters=job and rng.random() < 0.6,
                               evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None,
-                              mirror=mirror, start=start))
+                              mirror=mirror, start=start, tokens=tokens))
     drawn: list[Write | Action] = []
     nexts = [[w.start] * PARTITIONS for w in writers]
     numbers = [0] * len(writers)

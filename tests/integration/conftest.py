@@ -36,7 +36,8 @@ def private_kafka(stack_settings):
 
     free = [p for p in worker_ports(stack_settings.kafka_port + 300) if port_free(stack_settings.host, p)]
     settings = Settings(home=stack_settings.home / f"test-kafka-{uuid.uuid4().hex[:8]}", kafka_port=free[0],
-                        kafka_controller_port=free[1], kafka_sasl_port=free[2], kafka_bootstrap_servers=None)
+                        kafka_controller_port=free[1], kafka_sasl_port=free[2], kafka_oauth_port=free[3],
+                        kafka_bootstrap_servers=None)
     kafka = Kafka(settings)
     kafka.root.mkdir(parents=True)
     kafka.libs.symlink_to(Kafka(stack_settings).libs)

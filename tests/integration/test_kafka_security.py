@@ -94,15 +94,22 @@ def offsets_db_text(db, job: str) -> str:
             "(SELECT id FROM jobs WHERE name = :j)", j=job))
 
 
+def backfilled_once(spark, settings, db, kafka: dict[str, str], topic: str, count: int, chunk: int) -> str:
+    """`count` demo events produced through `kafka` into a new topic of two partitions, backfilled through it in
+    chunks of `chunk`: each record lands once. Returns the job."""
+    ensure_topic(kafka, topic, 2)
+    produce(kafka, topic, count, bad_ratio=0.05, seed=3)
+    job, table = f"{topic}-secured", f"{topic}_secured"
+    args = backfill.BackfillArgs(job, topic, "earliest", "latest", table, chunk_size=chunk, pipeline="orders")
+    summary = backfill.run(args, spark, kafka, settings.offsets_db_url)
+    assert summary.rows + summary.dead_letters == count
+    landed_once(db, table, job, log_ends(kafka, topic, 2))
+    return job
+
+
 def test_over_sasl_ssl_a_backfill_and_the_kafka_sink_land_each_record_once(spark, stack_settings, secured, db,
                                                                           topic_name):
-    ensure_topic(secured, topic_name, 2)
-    produce(secured, topic_name, 600, bad_ratio=0.05, seed=3)
-    job, table = f"{topic_name}-secured", f"{topic_name}_secured"
-    args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, chunk_size=400, pipeline="orders")
-    summary = backfill.run(args, spark, secured, stack_settings.offsets_db_url)
-    assert summary.rows + summary.dead_letters == 600
-    landed_once(db, table, job, log_ends(secured, topic_name, 2))
+    job = backfilled_once(spark, stack_settings, db, secured, topic_name, 600, 400)
     assert secured["sasl.password"] not in offsets_db_text(db, job)
 
     # the Kafka sink, with a Spark user's own options: the JAAS line and a PEM trust store
@@ -123,6 +130,12 @@ def test_over_sasl_ssl_a_backfill_and_the_kafka_sink_land_each_record_once(spark
     plan = (spark.readStream.format("streamfill_kafka").options(**{f"kafka.{k}": v for k, v in secured.items()})
             .option("kafka.sasl.jaas.config", jaas).option("subscribe", out).load()._jdf.queryExecution().toString())
     assert "kafka.sasl.jaas.config=*********(redacted)" in plan and secured["sasl.password"] not in plan
+
+
+def test_over_oauthbearer_tokens_a_backfill_lands_each_record_once(spark, stack_settings, db, topic_name):
+    """The token path end to end: librdkafka's OAUTHBEARER against the stack's listener whose tokens Kafka's
+    unsecured validator checks (a production cluster takes oidc client credentials through the same settings)."""
+    backfilled_once(spark, stack_settings, db, stack_settings.kafka_oauth_client(), topic_name, 300, 200)
 
 
 def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log_spark_ui_or_offsets_db(

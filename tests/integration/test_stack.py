@@ -317,8 +317,8 @@ def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(
 
     listeners = _listening(_stack_pids(s))
     ports = {port for _, port in listeners}
-    assert {s.pg_port, s.kafka_port, s.kafka_controller_port, s.kafka_sasl_port, s.schema_registry_port,
-            s.airflow_port} <= ports, listeners
+    assert {s.pg_port, s.kafka_port, s.kafka_controller_port, s.kafka_sasl_port, s.kafka_oauth_port,
+            s.schema_registry_port, s.airflow_port} <= ports, listeners
     assert [(a, p) for a, p in listeners if a not in (s.host, f"::ffff:{s.host}")] == [], \
         f"every listener of the stack is bound to STREAMFILL_HOST={s.host}"
 

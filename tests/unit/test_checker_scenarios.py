@@ -10,7 +10,8 @@ import pytest
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
 from tests.checker.model import Model
 from tests.checker.regressions import REGRESSIONS
-from tests.checker.scenario import (ACTIONS, FAULTS, LONG, PATHS, T0, Action, Record, Table, Write, Writer, draw,
+from tests.checker.scenario import (ACTIONS, FAULTS, LONG, OAUTH, PATHS, PLAINTEXT, SASL_SSL, T0, Action, Record,
+                                    Table, Write, Writer, draw,
                                     fingerprint, record)
 
 pytestmark = pytest.mark.unit
@@ -39,6 +40,7 @@ def test_two_hundred_seeds_reach_every_path_fault_action_and_option():
     assert any(w.evolve_from is not None for w in writers)
     assert any(len(s.writers) == 2 for s in scenarios)
     assert any(s.prunes for s in scenarios)
+    assert {w.listener for w in writers if w.mirror} == {PLAINTEXT, SASL_SSL, OAUTH}
 
 
 def _record(offset: int, key: str, stamp, value: str = "v", partition: int = 0, poison: bool = False) -> Record:

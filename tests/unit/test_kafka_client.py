@@ -12,7 +12,7 @@ from streamfill.connectors.kafka.client import client_config, not_authorized, re
 from streamfill.connectors.kafka.options import parse
 from streamfill.orchestration.connections import kafka_client, kafka_connection
 from streamfill.errors import OptionError
-from streamfill.kafka_client import redact, settings_env
+from streamfill.kafka_client import describe, redact, settings_env
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +181,13 @@ def test_the_postgres_connection_carries_libpq_tls_settings_both_ways():
 ])
 def test_the_offset_lookup_asks_again_only_while_leadership_moves(code, retried):
     assert retriable(KafkaException(KafkaError(code))) is retried
+
+
+def test_oauthbearer_with_oidc_client_credentials_passes_to_librdkafka_and_its_secret_is_redacted():
+    conf = client_config({"bootstrap.servers": "b:9096", "security.protocol": "SASL_SSL",
+                          "sasl.mechanism": "oauthbearer", "sasl.oauthbearer.method": "oidc",
+                          "sasl.oauthbearer.client.id": "streamfill", "sasl.oauthbearer.client.secret": "s3cret",
+                          "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+                          "sasl.oauthbearer.scope": "kafka"})
+    assert conf["sasl.mechanism"] == "OAUTHBEARER" and conf["sasl.oauthbearer.client.secret"] == "s3cret"
+    assert "s3cret" not in str(redact(conf)) and "SASL mechanism OAUTHBEARER" in describe(conf)
