@@ -1,8 +1,9 @@
-"""`make test-matrix`: the unit tests and one backfill on every supported Python, and on the oldest supported Airflow
-with the oldest Python, each in a fresh venv that installs the project within pyproject.toml's ranges (not the
-constraints file: a team's environment resolves its own versions). The backfill runs against the local stack
-(`streamfill stack up` first). Prints each row and writes the table between the markers of docs/requirements.md,
-with the date and the versions each venv resolved.
+"""`make test-matrix`: the unit tests and one backfill on every supported Python, each in a fresh venv that
+installs the project within pyproject.toml's ranges at their newest (pip's choice; not the constraints file: a
+team's environment resolves its own versions), and once more at their lowest: the oldest Python with the oldest
+supported Airflow and the lowest version of every other dependency the ranges allow (uv's
+`--resolution lowest-direct`). The backfill runs against the local stack (`streamfill stack up` first). Prints each
+row and writes the table between the markers of docs/requirements.md, with the date and the versions resolved.
 
     python -m tests.matrix [--only 3.12] [--keep]
 """
@@ -27,7 +28,8 @@ PYTHONS = ("3.11", "3.12", "3.13")  # pyproject.toml's requires-python
 PAGE = REPO_ROOT / "docs" / "requirements.md"
 BEGIN, END = "<!-- matrix: begin -->", "<!-- matrix: end -->"
 WORK = REPO_ROOT / ".matrix"
-VERSIONS = ("apache-airflow", "pyspark", "great-expectations", "sqlalchemy", "pandas", "confluent-kafka")
+VERSIONS = ("apache-airflow", "pyspark", "great-expectations", "sqlalchemy", "pandas", "numpy", "pyarrow",
+            "confluent-kafka", "openlineage-python")
 
 
 def interpreter(version: str) -> Path:
@@ -54,19 +56,21 @@ def run(cmd: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
 
 
 def one(version: str, airflow: str | None) -> dict:
-    """A fresh venv on Python `version` (Airflow held at `airflow` when given): install, unit tests, a backfill."""
-    name = f"py{version}" + (f"-airflow{airflow}" if airflow else "")
+    """A fresh venv on Python `version`: install (the newest the ranges allow, or with `airflow` given, Airflow at
+    that version and the lowest of everything else), unit tests, a backfill."""
+    name = f"py{version}" + (f"-lowest-airflow{airflow}" if airflow else "")
     folder = WORK / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     log = folder / "log.txt"
     started = time.monotonic()
-    row = {"python": version, "airflow": airflow or "newest", "log": str(log.relative_to(REPO_ROOT))}
+    row = {"python": version, "resolution": "lowest" if airflow else "newest", "log": str(log.relative_to(REPO_ROOT))}
     subprocess.run([str(interpreter(version)), "-m", "venv", str(folder / "venv")], check=True)
     bin_ = folder / "venv" / "bin"
-    run([str(bin_ / "pip"), "install", "-q", "-U", "pip"], log, check=True)
-    held = [f"apache-airflow=={airflow}"] if airflow else []
-    if run([str(bin_ / "pip"), "install", "-q", "-e", f"{REPO_ROOT}[dev]", *held], log).returncode:
+    run([str(bin_ / "pip"), "install", "-q", "-U", "pip", *(["uv"] if airflow else [])], log, check=True)
+    install = [str(bin_ / "uv"), "pip", "install", "--python", str(bin_ / "python"), "--resolution", "lowest-direct",
+               f"apache-airflow=={airflow}"] if airflow else [str(bin_ / "pip"), "install", "-q"]
+    if run([*install, "-e", f"{REPO_ROOT}[dev]"], log).returncode:
         return {**row, "install": "failed", "unit": "-", "backfill": "-"}
     frozen = run([str(bin_ / "pip"), "freeze"], folder / "freeze.txt")
     pins = dict(line.lower().split("==", 1) for line in (folder / "freeze.txt").read_text().splitlines()
@@ -86,10 +90,10 @@ def one(version: str, airflow: str | None) -> dict:
 
 def table(rows: list[dict], day: str) -> str:
     lines = [f"Last run {day} on Debian 12, Java 17, 2 cores (`make test-matrix`):", "",
-             "| Python | Airflow asked | install | unit tests | backfill | resolved |", "|---|---|---|---|---|---|"]
+             "| Python | ranges at | install | unit tests | backfill | resolved |", "|---|---|---|---|---|---|"]
     for r in rows:
         resolved = ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items())
-        lines.append(f"| {r['python']} | {r['airflow']} | {r.get('install', 'passed')} | {r['unit']} | "
+        lines.append(f"| {r['python']} | {r['resolution']} | {r.get('install', 'passed')} | {r['unit']} | "
                      f"{r['backfill']} | {resolved} |")
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+import zipfile
 from types import SimpleNamespace
 
 import pytest
@@ -90,6 +91,9 @@ def their_airflow(stack_settings, tmp_path_factory):
     t = time.monotonic()
     wheel = build_wheel(root / "build")
     t = timed(timings, "wheel", t)
+    # one top-level import name in their environment, and the version from the checkout's git tags
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"streamfill", f"streamfill-{checkout_version()}.dist-info"}, tops
     python = third_party_venv(root / "venv")
     before = subprocess.run([str(python), "-c", "import airflow, pyspark, streamfill"], cwd=root,
                             capture_output=True, text=True, timeout=120)
