@@ -1,9 +1,9 @@
 # The image of every Airflow service in docker-compose.yml (`docker compose up -d --build` builds it):
-# the official Airflow image, Java 17 for Spark, and streamfill with its pinned dependencies. Spark runs in
+# the official Airflow image, Java 17 for Spark, and streamfill with the versions of constraints.txt. Spark runs in
 # local mode inside the task that calls spark-submit (the pyspark package's), so no Spark service is needed.
 #
 # The slim variant is core Airflow without the ~30 providers of the regular image that streamfill does not
-# use, so `pip check` judges streamfill's pins against Airflow itself. Every install step is in
+# use, so `pip check` judges streamfill's versions against Airflow itself. Every install step is in
 # docker/install.sh; tests/integration/test_image_install.py runs its `python` part the same way.
 ARG AIRFLOW_VERSION=3.3.2
 FROM apache/airflow:slim-${AIRFLOW_VERSION}-python3.11
