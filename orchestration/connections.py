@@ -3,12 +3,12 @@
 Connection `streamfill_kafka`, either of the apache-kafka provider's type `kafka`, whose extra is the librdkafka
 configuration itself (`bootstrap.servers`, `security.protocol`, `sasl.username`, `sasl.password`, ...; the login
 and password fill `sasl.username` and `sasl.password` when the extra does not), or of streamfill's type
-`streamfill_kafka`, with form fields in Airflow's connection form (any other type reads the same way): host and port or the extra `bootstrap_servers`; login and
-password for SASL; the extras `security_protocol`, `sasl_mechanism`, `ssl_ca_location`, `ssl_certificate_location`,
-`ssl_key_location`, `ssl_key_password` and `group_id` (streamfill.kafka_client's fields). Connection
-`streamfill_schema_registry` (of the type of that name, or any): the extra `url` (or the host, a URL), login and
-password. Airflow masks the password
-and any extra named like a secret in its logs and UI.
+`streamfill_kafka`, with form fields in Airflow's connection form (any other type reads the same way): host and
+port or the extra `bootstrap_servers`; login and password for SASL; the extras `security_protocol`,
+`sasl_mechanism`, `ssl_ca_location`, `ssl_certificate_location`, `ssl_key_location`, `ssl_key_password` and
+`group_id` (streamfill.kafka_client's fields). Connection `streamfill_schema_registry` (of the type of that name,
+or any): the extra `url` (or the host, a URL), login and password. Airflow masks the password and any extra named
+like a secret in its logs and UI.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamfill.errors import OptionError
-from streamfill.kafka_client import CLIENT_FIELDS, KAFKA_CONNECTION, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from streamfill.kafka_client import (
+    CLIENT_FIELDS,
+    KAFKA_CONNECTION,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    property_value,
+)
 
 POSTGRES_CONNECTION = "streamfill_postgres"  # offsets_db and the tables: the database the jobs write
 # the same database as the reader role, for the streamfill page in the API server: Airflow resolves a connection id
@@ -42,9 +48,9 @@ def extras(conn) -> dict:
 
 def kafka_client(conn) -> dict[str, str]:
     """librdkafka settings of an Airflow Connection (secrets included: for a client or a job's environment)."""
-    extra = extras(conn)
-    if getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE:
-        conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()}
+    extra, as_is = extras(conn), getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE
+    if as_is:
+        conf = {str(k): property_value(v) for k, v in extra.items()}
         if not conf.get("bootstrap.servers"):
             raise OptionError(f"extra of connection {KAFKA_CONNECTION}", None, "has no bootstrap.servers (a "
                               "connection of type kafka holds librdkafka's configuration in its extra)",
@@ -62,7 +68,7 @@ def kafka_client(conn) -> dict[str, str]:
         prop = CLIENT_FIELDS[field]
         if prop in conf:
             if conf[prop].upper() not in known:
-                key = prop if getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE else field
+                key = prop if as_is else field
                 raise OptionError(f"extra {key} of connection {KAFKA_CONNECTION}", conf[prop],
                                   f"is not one of {', '.join(known)}", "Fix the connection (Admin > Connections)")
             conf[prop] = conf[prop].upper()

@@ -59,6 +59,11 @@ def redact(conf: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret(k) else v) for k, v in conf.items()}
 
 
+def property_value(value: str | int | float | bool) -> str:
+    """A librdkafka property's value as text, from JSON (an Airflow extra, STREAMFILL_KAFKA_CONFIG): true, not True."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def settings_env(conf: Mapping[str, str]) -> dict[str, str]:
     """`conf` as the STREAMFILL_KAFKA_* environment of a launched job: a setting per field, the other properties
     together in STREAMFILL_KAFKA_CONFIG."""

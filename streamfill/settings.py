@@ -13,7 +13,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
 from streamfill.names import PLAIN_NAME
-from streamfill.kafka_client import CLIENT_FIELDS, DEFAULT_GROUP_ID, SASL_MECHANISMS, SECURITY_PROTOCOLS
+from streamfill.kafka_client import (
+    CLIENT_FIELDS,
+    DEFAULT_GROUP_ID,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    property_value,
+)
 from streamfill.retention import DEFAULT as DEFAULT_RETENTION
 from streamfill.retention import Retention, parse_age, written
 
@@ -187,7 +193,7 @@ class Settings(BaseSettings):
             # the value itself is not shown: it may hold a password
             raise ValueError("STREAMFILL_KAFKA_CONFIG is not a JSON object of librdkafka properties, e.g. "
                              '{"client.id": "orders", "ssl.endpoint.identification.algorithm": "none"}')
-        return SecretStr(json.dumps({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in found.items()}))
+        return SecretStr(json.dumps({k: property_value(v) for k, v in found.items()}))
 
     @property
     def kafka_secured_servers(self) -> str:
