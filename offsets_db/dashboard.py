@@ -82,7 +82,9 @@ def batch_count(engine: Engine, name: str, since: datetime) -> int:
 
 # One batch per time bucket, for a window of more batches than a plot draws: the bucket's batch that lagged most
 # (lag) or its newest committed one (throughput). A hash aggregate over batches_job_planned (no sort of the
-# window), then the picked batches by (job_id, seq); their partitions only are read after that.
+# window), then the picked batches by (job_id, seq); their partitions only are read after that. The picked seqs
+# go to batches_job_seq as an array: joined to the aggregate, whose row count the planner takes for one per
+# batch of the window, it hashed all the job's batches (its whole history) on every call.
 PICK = """
 WITH top AS (
     SELECT max({top}) AS top FROM {batches}
@@ -91,7 +93,8 @@ WITH top AS (
 )
 SELECT b.id, b.planned_at, b.committed_at, b.behind, b.rows_written, b.dead_letters,
        EXTRACT(EPOCH FROM b.committed_at - b.planned_at)::double precision AS seconds
-FROM top JOIN {batches} b ON b.job_id = (SELECT id FROM {jobs} WHERE name = :job) AND b.seq = top.top[2]
+FROM {batches} b
+WHERE b.job_id = (SELECT id FROM {jobs} WHERE name = :job) AND b.seq = ANY(ARRAY(SELECT top[2] FROM top))
 ORDER BY b.planned_at
 """
 PICK_LAG = PICK.replace("{top}", "ARRAY[coalesce(behind, -1), seq]").replace("{where}", "")
@@ -115,9 +118,12 @@ def lag_series(engine: Engine, name: str, since: datetime, bucket: timedelta | N
         else:
             picked = conn.execute(statement(PICK_LAG), params).all()
             total = [(r.planned_at, r.behind) for r in picked]
+            # the picked ids bound both sides: with the batches' side unbound, the planner hashed all the job's
+            # batches (its whole history) to join the picked ones' partitions
             rows = conn.execute(statement(
                 "SELECT b.planned_at, bo.topic, bo.partition, bo.log_end - bo.end_offset AS lag "
-                "FROM {batch_offsets} bo JOIN {batches} b ON b.id = bo.batch_id WHERE bo.batch_id = ANY(:ids) "
+                "FROM {batch_offsets} bo JOIN {batches} b ON b.id = bo.batch_id "
+                "WHERE bo.batch_id = ANY(:ids) AND b.id = ANY(:ids) "
                 "ORDER BY bo.topic, bo.partition, b.planned_at"), {"ids": [r.id for r in picked]})
         for r in rows:
             partitions.setdefault((r.topic, r.partition), []).append((r.planned_at, r.lag))

@@ -21,8 +21,10 @@ from streamfill.settings import get_settings
 
 log = logging.getLogger("streamfill.ui")
 
-# the page only reads: PostgreSQL refuses any write of a session started so, whatever its role may do
-READ_ONLY = "-c default_transaction_read_only=on"
+# the page only reads: PostgreSQL refuses any write of a session started so, whatever its role may do; its
+# queries are index lookups over a window, where JIT compiling (planned from a long history's row estimates) only
+# adds time
+READ_ONLY = "-c default_transaction_read_only=on -c jit=off"
 
 _lock = threading.Lock()
 _engine: Engine | None = None
