@@ -161,7 +161,9 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
               .options(**kafka_options(kafka)).option(*args.subscription)
               .option("includeHeaders", str(spec.format == "raw").lower())
               .option(*args.start_option).option("job", args.job).option("offsetsDbUrl", url)
-              .options(**reader_options(spec)))
+              .options(**reader_options(spec))
+              # one task per core reads a micro-batch: a small batch pays each task's start-up once per core
+              .option("maxPartitions", str(spark.sparkContext.defaultParallelism)))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     if spec.commit_to_group:

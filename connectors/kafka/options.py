@@ -45,6 +45,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
+    max_partitions: int | None = None  # at most this many tasks per batch; small ranges share one (maxPartitions)
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -88,6 +89,10 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     if max_per is not None and min_per is not None and min_per > max_per:
         raise OptionError("minOffsetsPerTrigger", min_per, f"is larger than maxOffsetsPerTrigger={max_per}",
                           "Make it at most maxOffsetsPerTrigger")
+    min_tasks, max_tasks = _positive(opts, "minPartitions"), _positive(opts, "maxPartitions")
+    if min_tasks is not None and max_tasks is not None and min_tasks > max_tasks:
+        raise OptionError("minPartitions", min_tasks, f"is larger than maxPartitions={max_tasks}",
+                          "Make it at most maxPartitions, or leave one of them out")
     return SourceOptions(
         kafka=client_config(kafka),
         subscription=subscription,
@@ -96,7 +101,8 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_offsets_per_trigger=max_per,
         min_offsets_per_trigger=min_per,
         max_trigger_delay_ms=_duration_ms(opts.get("maxtriggerdelay", "15m")),
-        min_partitions=_positive(opts, "minPartitions"),
+        min_partitions=min_tasks,
+        max_partitions=max_tasks,
         max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
         fail_on_data_loss=boolean(opts, "failOnDataLoss", True),
         include_headers=boolean(opts, "includeHeaders"),

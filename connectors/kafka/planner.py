@@ -86,6 +86,28 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None = None,
     return pieces
 
 
+def pack_ranges(ranges: list[OffsetRange], max_tasks: int | None = None,
+                max_records: int | None = None) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of a batch grouped into the tasks that read them: one range per task unless `max_tasks`
+    (maxPartitions) is set; then at most that many tasks, each range going, largest first, to the task with the
+    fewest records so far. A batch of small ranges costs a task's fixed start-up once per core instead of once
+    per partition. No task grows past `max_records` (maxRecordsPerPartition), which may leave more tasks.
+    """
+    if not max_tasks or len(ranges) <= max_tasks:
+        return [(r,) for r in ranges]
+    tasks: list[list[OffsetRange]] = [[] for _ in range(max_tasks)]
+    sizes = [0] * max_tasks
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        i = min(range(len(tasks)), key=lambda n: (sizes[n], n))
+        if max_records and sizes[i] and sizes[i] + r.size > max_records:
+            tasks.append([])
+            sizes.append(0)
+            i = len(tasks) - 1
+        tasks[i].append(r)
+        sizes[i] += r.size
+    return [tuple(sorted(t, key=lambda r: (r.topic, r.partition, r.start))) for t in tasks if t]
+
+
 def rate_limit(start: Positions, latest: Positions, limit: int) -> Positions:
     """Ends that admit at most `limit` offsets in all, shared in proportion to each partition's backlog.
 

@@ -30,7 +30,7 @@ from streamfill.connectors.kafka.enumerator import Plan, StreamEnumerator, plan_
 from streamfill.connectors.kafka.json_values import JsonColumns
 from streamfill.connectors.kafka.offsets import Earliest
 from streamfill.connectors.kafka.options import SourceOptions
-from streamfill.connectors.kafka.planner import OffsetRange, offsets_behind
+from streamfill.connectors.kafka.planner import OffsetRange, offsets_behind, pack_ranges
 from streamfill.connectors.kafka.reader import read_range
 from streamfill.connectors.spark import worker_gc
 from streamfill import failpoints
@@ -48,10 +48,15 @@ HEADERS = ", headers array<struct<key:string,value:binary>>"
 
 
 class RangePartition(InputPartition):
-    """One offset range: what one Spark task reads."""
+    """What one Spark task reads: one offset range, or several small ones (maxPartitions)."""
 
-    def __init__(self, r: OffsetRange) -> None:
-        super().__init__(r)
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+
+
+def _tasks(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
+    return [RangePartition(group) for group in pack_ranges(ranges, opts.max_partitions,
+                                                           opts.max_records_per_partition)]
 
 
 def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
@@ -78,8 +83,8 @@ def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Pla
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     worker_gc.settle()
     # an empty plan reaches the task as a bare InputPartition with no range
-    if isinstance(partition.value, OffsetRange):
-        yield from read_range(partition.value, opts.kafka, include_headers=opts.include_headers,
+    for r in partition.value if isinstance(partition.value, tuple) else ():
+        yield from read_range(r, opts.kafka, include_headers=opts.include_headers,
                               poll_timeout_ms=opts.poll_timeout_ms, fail_on_data_loss=opts.fail_on_data_loss,
                               json_columns=opts.json_columns)
 
@@ -142,7 +147,7 @@ class KafkaBatchReader(DataSourceReader):
         plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, _broker(self.opts.kafka)))
         if tracker is not None:
             tracker.record(plan, start=None)  # before any task reads; the sink's commit finalises it
-        return [RangePartition(r) for r in plan.ranges]
+        return _tasks(self.opts, plan.ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
@@ -215,7 +220,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a replayed batch finds its own record; a checkpoint of another job is refused
             self.tracker.record(plan, start=begin, from_checkpoint=not self._fresh)
         failpoints.hit("source.planned")
-        return [RangePartition(r) for r in plan.ranges]
+        return _tasks(self.opts, plan.ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)

@@ -173,7 +173,8 @@ class Run:
                 replay: bool = False) -> str:
         plan = self.sink_plan(step, evolved)
         self.model.planned(evolved)
-        by_partition = [[r for r in records if r.partition == p] for p, _, _ in step.ranges]
+        by_partition = ([records] if self.scenario.writers[step.writer].packed
+                        else [[r for r in records if r.partition == p] for p, _, _ in step.ranges])
         messages = []
         for n, part in enumerate(by_partition):
             if fault == LOST_WORKER and n == 0:

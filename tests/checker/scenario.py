@@ -2,7 +2,8 @@
 which fault strikes which batch. Pure: the same seed always draws the same scenario and the same records.
 
 The space (docs/guarantees.md, "Guarantees at every intersection"):
-- writers: one or two on one table; each a stream (a job, one stage kept across batches), a backfill or a
+- writers: one or two on one table, their batches read by a task per partition or by one task for all
+  (maxPartitions); each a stream (a job, one stage kept across batches), a backfill or a
   window replay (a job, a bounded write that names where its batch ends) or a `df.write` without a job; dead
   letters on or off; `evolveSchema` from one of its batches on (a column `extra` appears); a job's commits
   mirrored to a consumer group (`commitToGroup`) through the cluster's PLAINTEXT or SASL_SSL listener; a stream
@@ -66,6 +67,9 @@ class Writer:
     # a SASL mirror's login: OAUTHBEARER tokens on the stack's OAUTH listener instead of SCRAM on SASL_SSL; out of
     # repr like `start`
     tokens: bool = field(default=False, repr=False)
+    # its batches read by one task for all partitions, as a stream's maxPartitions packs small ranges on a
+    # machine of one core; out of repr like `start`
+    packed: bool = field(default=False, repr=False)
 
     @property
     def listener(self) -> str | None:
@@ -114,6 +118,7 @@ class Scenario:
                   + (f", evolveSchema from batch {w.evolve_from}" if w.evolve_from is not None else "")
                   + (f", commitToGroup over {w.mirror}" if w.mirror else "")
                   + (f", starts at offset {w.start}" if w.start else "")
+                  + (", one task reads all partitions" if w.packed else "")
                   for i, w in enumerate(self.writers)]
         for i, step in enumerate(self.steps):
             if isinstance(step, Write):
@@ -163,9 +168,10 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
         tokens = mirror == SASL_SSL and random.Random(f"{seed}/tokens/{n}").random() < 0.5  # apart too
         starts = random.Random(f"{seed}/start/{n}")  # drawn apart too
         start = starts.randrange(1, 400) if path == STREAM and starts.random() < 0.3 else 0
+        packed = random.Random(f"{seed}/packed/{n}").random() < 0.3  # apart too
         writers.append(Writer(path, dead_letters=job and rng.random() < 0.6,
                               evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None,
-                              mirror=mirror, start=start, tokens=tokens))
+                              mirror=mirror, start=start, tokens=tokens, packed=packed))
     drawn: list[Write | Action] = []
     nexts = [[w.start] * PARTITIONS for w in writers]
     numbers = [0] * len(writers)

@@ -180,3 +180,10 @@ def test_every_postgres_connection_gets_timeouts_and_keepalives(monkeypatch):
     monkeypatch.setenv("STREAMFILL_PG_STATEMENT_TIMEOUT", "forever")
     with pytest.raises(ValueError, match="statement_timeout"):
         PgSettings()
+
+
+def test_max_partitions_is_positive_and_not_below_min_partitions():
+    assert parse({**BASE, "subscribe": "a", "maxPartitions": "2"}, streaming=True).max_partitions == 2
+    assert "maxPartitions" in error({"subscribe": "a", "maxPartitions": "0"})
+    message = error({"subscribe": "a", "minPartitions": "8", "maxPartitions": "2"})
+    assert "minPartitions" in message and "maxPartitions=2" in message

@@ -4,7 +4,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfill.connectors.kafka.planner import OffsetRange, backlog, offsets_behind, ranges_between, rate_limit, split_ranges
+from streamfill.connectors.kafka.planner import (
+    OffsetRange,
+    backlog,
+    offsets_behind,
+    pack_ranges,
+    ranges_between,
+    rate_limit,
+    split_ranges,
+)
 from streamfill.errors import OptionError
 from streamfill.partitions import TopicPartition
 
@@ -82,3 +90,19 @@ def test_an_end_before_its_start_names_the_option_and_partition():
 def test_offsets_behind_latest():
     assert offsets_behind({TP[0]: 5, TP[1]: 10}, {TP[0]: 15, TP[1]: 10}) == {
         "minOffsetsBehindLatest": 0, "maxOffsetsBehindLatest": 10, "avgOffsetsBehindLatest": 5.0}
+
+
+def test_pack_ranges_groups_small_ranges_into_at_most_max_tasks():
+    ranges = [OffsetRange("t", p, 0, size) for p, size in enumerate([10, 40, 30, 20])]
+    assert pack_ranges(ranges) == [(r,) for r in ranges]
+    assert pack_ranges(ranges, 4) == [(r,) for r in ranges]
+    packed = pack_ranges(ranges, 2)
+    assert sorted(sum(r.size for r in task) for task in packed) == [50, 50]
+    assert sorted((r for task in packed for r in task), key=lambda r: r.partition) == ranges
+    assert pack_ranges(ranges, 1) == [tuple(ranges)]
+
+
+def test_pack_ranges_never_grows_a_task_past_max_records():
+    ranges = [OffsetRange("t", p, 0, 30) for p in range(4)]
+    packed = pack_ranges(ranges, 1, max_records=60)
+    assert [sum(r.size for r in task) for task in packed] == [60, 60]
