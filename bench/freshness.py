@@ -14,12 +14,12 @@ A watcher reads every 50 ms, per Kafka partition, the highest offset a query of 
 an offset is visible from the first look that saw it or a higher one (each way writes a partition's rows of a
 batch in one transaction). Freshness = visible time - Kafka timestamp (the producer's CreateTime, this machine's
 clock), over every 100th offset produced after the first --settle seconds (a new query's first batches start its
-Python workers). Per way: p50, p99 and the worst; the p50 of the last 10 s (above the p50, the way fell behind);
+Python workers, and the backlog they leave takes a while to drain). Per way: p50, p99 and the worst; the p50 of the last 10 s (above the p50, the way fell behind);
 the rate the producer kept; the median micro-batch (Spark's durationMs: the whole trigger, the read's planning,
 addBatch), the slowest and the rows per batch; the machine during the run (CPU busy and stolen, from /proc/stat; the load average). Needs `streamfill
 stack up`. At its end, also when it fails, the run removes its offsets_db jobs, tables, topics and work folder.
 
-    .venv/bin/python bench/freshness.py [--rates 20000,50000] [--triggers 1s,100ms] [--seconds 120] [--settle 10]
+    .venv/bin/python bench/freshness.py [--rates 20000,50000] [--triggers 1s,100ms] [--seconds 120] [--settle 30]
         [--ways ab]
 """
 
@@ -282,7 +282,7 @@ def main() -> None:
     ap.add_argument("--rates", default="20000,50000", help="events per second, comma-separated")
     ap.add_argument("--triggers", default="1s,100ms", help="each way's trigger intervals, comma-separated")
     ap.add_argument("--seconds", type=float, default=120, help="how long the producer runs at each rate")
-    ap.add_argument("--settle", type=float, default=10,
+    ap.add_argument("--settle", type=float, default=30,
                     help="seconds of each run left out of the figures: a new query's first batches")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--ways", default="ab", help="which ways: a, b or ab")
