@@ -162,8 +162,7 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
               .option("includeHeaders", str(spec.format == "raw").lower())
               .option(*args.start_option).option("job", args.job).option("offsetsDbUrl", url)
               .options(**reader_options(spec))
-              # one task per core reads a micro-batch: a small batch pays each task's start-up once per core
-              .option("maxPartitions", str(spark.sparkContext.defaultParallelism)))
+              .options(**packing(spark)))
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     if spec.commit_to_group:
@@ -174,6 +173,14 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
     options = sink_options(spec, args.job, args.table, spec.mode, url, generation)
     prepare_table(options, rows.schema, change)
     return rows, options
+
+
+def packing(spark) -> dict[str, str]:
+    """On a local master, one task per core reads a micro-batch (maxPartitions), so a small batch pays a task's
+    start-up once per core instead of once per partition. A cluster's cores are not known when the query starts
+    (executors come and go), so there each Kafka partition keeps its own task, as in Spark's Kafka source."""
+    context = spark.sparkContext
+    return {"maxPartitions": str(context.defaultParallelism)} if context.master.startswith("local") else {}
 
 
 def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None):
