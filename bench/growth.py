@@ -54,7 +54,7 @@ from leftovers import scratch_database
 from streamfill.offsets_db import schema
 from streamfill.partitions import TopicPartition
 from streamfill.settings import get_settings
-from ui_queries import JOB, endpoints
+from ui_queries import JOB, endpoints, page_client
 
 console = Console()
 if not console.is_terminal:
@@ -346,29 +346,6 @@ def page_clock(at: datetime | None) -> Iterator[None]:
         yield
     finally:
         data.datetime = real
-
-
-def page_client():
-    """The page's app in-process as bench/ui_queries.py builds it: Airflow's login and per-DAG answers left out."""
-    from fastapi.testclient import TestClient
-
-    from streamfill.orchestration.ui.access import Access
-    from streamfill.orchestration.ui.auth import access, require_reader
-    from streamfill.orchestration.ui.routes import create_app
-
-    class EveryDag:
-        """A user who may read every DAG's runs."""
-
-        def readable(self, dag_ids: set[str]) -> set[str]:
-            return set(dag_ids)
-
-        def reads_every_dag(self) -> bool:
-            return True
-
-    app = create_app()
-    app.dependency_overrides[require_reader] = lambda: None
-    app.dependency_overrides[access] = lambda: Access(EveryDag())
-    return TestClient(app)
 
 
 def page_paths(probe: int) -> list[tuple[str, str]]:

@@ -88,10 +88,11 @@ def endpoints(batches: int) -> list[tuple[str, str]]:
     return out
 
 
-def measure(url: str, batches: int, repeat: int) -> Table:
+def page_client():
+    """The page's app in-process: the login and the per-DAG answers are Airflow's, left out; timed here is the
+    page's own work."""
     from fastapi.testclient import TestClient
 
-    from streamfill.orchestration.ui import db
     from streamfill.orchestration.ui.access import Access
     from streamfill.orchestration.ui.auth import access, require_reader
     from streamfill.orchestration.ui.routes import create_app
@@ -105,12 +106,17 @@ def measure(url: str, batches: int, repeat: int) -> Table:
         def reads_every_dag(self) -> bool:
             return True
 
-    db.use(url)
     app = create_app()
-    # the login and the per-DAG answers are Airflow's; timed here: the page's own work
     app.dependency_overrides[require_reader] = lambda: None
     app.dependency_overrides[access] = lambda: Access(EveryDag())
-    client = TestClient(app)
+    return TestClient(app)
+
+
+def measure(url: str, batches: int, repeat: int) -> Table:
+    from streamfill.orchestration.ui import db
+
+    db.use(url)
+    client = page_client()
     table = Table(title=f"streamfill page on a job of {batches:,} batches x {PARTITIONS} partitions, ms")
     for col in ("endpoint", "median", "max", "bytes"):
         table.add_column(col, justify="right" if col != "endpoint" else "left")

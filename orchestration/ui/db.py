@@ -24,7 +24,7 @@ log = logging.getLogger("streamfill.ui")
 # the page only reads: PostgreSQL refuses any write of a session started so, whatever its role may do; its
 # queries are index lookups over a window, where JIT compiling (planned from a long history's row estimates) only
 # adds time
-READ_ONLY = "-c default_transaction_read_only=on -c jit=off"
+PAGE_SESSION = "-c default_transaction_read_only=on -c jit=off"
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -80,7 +80,7 @@ def engine() -> Engine:
     global _engine, _revision_checked
     with _lock:
         if _engine is None:
-            _engine = make_engine(database_url(), READ_ONLY, pool_size=4, max_overflow=4)
+            _engine = make_engine(database_url(), PAGE_SESSION, pool_size=4, max_overflow=4)
         if time.monotonic() - _revision_checked > REVISION_CHECKED_FOR_S:
             revision.require(_engine)
             _revision_checked = time.monotonic()
@@ -93,5 +93,5 @@ def use(url: str) -> Engine:
     with _lock:
         if _engine is not None:
             _engine.dispose()
-        _engine, _revision_checked = make_engine(url, READ_ONLY, pool_size=2, max_overflow=2), float("-inf")
+        _engine, _revision_checked = make_engine(url, PAGE_SESSION, pool_size=2, max_overflow=2), float("-inf")
         return _engine
