@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, text
 from streamfill.connectors.postgres import stage, target
 from streamfill.connectors.postgres.sink_options import SinkOptions
 from streamfill.connectors.postgres.target import Column
-from streamfill.connectors.spark.postgres_sink import SinkPlan, _commit, _stage, dsn
+from streamfill.connectors.spark.postgres_sink import Lane, SinkPlan, _commit, _stage, dsn
 from leftovers import scratch_database
 from streamfill.offsets_db.exactly_once import PlannedRange
 from streamfill.offsets_db.store import OffsetStore
@@ -60,7 +60,8 @@ def stream_plan(conn, url: str, table: str, job: str | None) -> SinkPlan:
     stage.create(conn, stg, tgt, "stream", 86_400)
     options = SinkOptions(schema=None, table=table, mode="append-new", key=key, version=(), job=job,
                           dead_letters=False, evolve=False)
-    return SinkPlan(url, options, tgt, stg, own_stage=False, ranged=job is not None)
+    return SinkPlan(url, options, (Lane(None, tgt, stg, options.mode, options.version),), own_stage=False,
+                    ranged=job is not None)
 
 
 def commit_bench(url: str, batches: int) -> Table:

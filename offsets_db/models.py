@@ -17,6 +17,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    Numeric,
     String,
     Text,
     UniqueConstraint,
@@ -229,3 +230,21 @@ class RetentionHorizon(Base):
     dead_letters_before: Mapped[datetime | None]
     history_before: Mapped[datetime | None]
     pruned_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class DeletedKey(Base):
+    """A key a delete removed from a table (a tombstone, a change event's `d`), with the version of the record
+    that deleted it: an older version of the key, replayed later, is refused as a newer version would refuse it,
+    so a replay never brings a deleted row back. One row per (table, key), the newest delete kept."""
+
+    __tablename__ = "deleted_keys"
+
+    target: Mapped[str] = mapped_column(Text, primary_key=True)  # the table as schema.table
+    key: Mapped[list[Any]] = mapped_column(JSONB, primary_key=True)  # the key's values, in the key's order
+    source_position: Mapped[int | None] = mapped_column(Numeric(38, 0))
+    kafka_timestamp: Mapped[datetime | None]
+    topic: Mapped[str] = mapped_column(Text)
+    partition: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
+    deleted_at: Mapped[datetime] = mapped_column(server_default=func.now())

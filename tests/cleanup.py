@@ -92,6 +92,7 @@ def _offsets_db(settings: Settings, since_job_id: int, names: list[str]) -> list
             for table in sorted(made):
                 if TEST_NAME.match(table) or table.startswith("_sf_stage_t_"):
                     conn.execute(text('DROP TABLE IF EXISTS "{}"'.format(table.replace('"', '""'))))
+                    conn.execute(text("DELETE FROM deleted_keys WHERE split_part(target, '.', 2) = :t"), {"t": table})
     finally:
         engine.dispose()
     return [f"offsets_db job {name}" for _, name, _ in jobs] + [f"table {t}" for t in sorted(made)]

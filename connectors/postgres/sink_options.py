@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.options import boolean, job_generation
@@ -32,12 +33,29 @@ DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
 # on the order batches, jobs or replays commit in; and it holds when a key's records move to another Kafka
 # partition (partitions added to a topic), where offsets of different partitions say nothing about time.
 # A record without a timestamp (NULL) is older than every record with one.
-# A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp.
-VERSION_ORDERS = (("kafka_timestamp", "topic", "partition", "offset"), ("timestamp", "topic", "partition", "offset"))
+# A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp. A change
+# event's rows carry its position in the source database's log first: there the source's order decides, so a
+# snapshot's record read before a change never overwrites it, whatever Kafka's timestamps say.
+VERSION_ORDERS = ((SOURCE_POSITION, "kafka_timestamp", "topic", "partition", "offset"),
+                  ("kafka_timestamp", "topic", "partition", "offset"), ("timestamp", "topic", "partition", "offset"))
 
 # the PostgreSQL types a `columnTypes` option may name (they are written into CREATE TABLE as they are)
 _PG_TYPE = re.compile(r"text|integer|bigint|smallint|real|double precision|numeric\(\d{1,2}, ?\d{1,2}\)|boolean|date|"
                       r"timestamptz|timestamp|jsonb|bytea")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One table of a routed write: the rows whose `_route` is `name` go to it, with its own columns and rules."""
+
+    name: str  # the table as the write names it (the `_route` value)
+    schema: str | None
+    table: str
+    columns: tuple[str, ...]  # the DataFrame's columns it takes, in order
+    key: tuple[str, ...]
+    mode: str
+    version: tuple[str, ...]
+    column_types: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,11 +72,20 @@ class SinkOptions:
     generation: int | None = None  # the launch's hold on the job (jobGeneration), checked at commit
     ends: Positions | None = None  # endingOffsets: the commit takes the batch planned to end there
     url: str | None = None  # None: STREAMFILL_DB_URL
+    deletes: bool = False  # rows whose _delete is true delete their key's row (mode replace)
+    routes: tuple[Route, ...] = ()  # a routed write: each row to the table its _route names
 
     @property
     def staged_only(self) -> tuple[str, ...]:
-        """Columns staged for the commit that never reach the table."""
-        return tuple(n for n, _ in DEAD_LETTER_COLUMNS) if self.dead_letters else ()
+        """Columns the tasks handle that never reach a table."""
+        return ((*(n for n, _ in DEAD_LETTER_COLUMNS),) if self.dead_letters else ()) + \
+            ((DELETE_COLUMN,) if self.deletes else ()) + ((ROUTE_COLUMN,) if self.routes else ())
+
+    @property
+    def tables(self) -> tuple[Route, ...]:
+        """Every table the write commits into: its routes, or its one table."""
+        return self.routes or (Route(self.table, self.schema, self.table, (), self.key, self.mode, self.version,
+                                     self.column_types),)
 
 
 def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool, writing: bool = True) -> SinkOptions:
@@ -78,9 +105,19 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
             raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
                               f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
                               f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
-    written = [c for c in columns if not (dead_letters and c in dict(DEAD_LETTER_COLUMNS))]
-    key = parse_key(opts.get("keycolumns"), written)
+    deletes = boolean(opts, "deletes")
+    routed = opts.get("routes")
+    handled = {*(dict(DEAD_LETTER_COLUMNS) if dead_letters else ()), *((DELETE_COLUMN,) if deletes else ()),
+               *((ROUTE_COLUMN,) if routed else ())}
+    written = [c for c in columns if c not in handled]
+    routes = _routes(routed, written, columns) if routed else ()
+    if routes:  # the write's own table, key and mode are its first route's
+        schema, table, mode = routes[0].schema, routes[0].table, routes[0].mode
+        written = list(routes[0].columns)
+    key = parse_key(opts.get("keycolumns"), written) if not routes else routes[0].key
     version = version_order(written) if mode == REPLACE else ()
+    if deletes:
+        _check_deletes(opts["deletes"], mode, key, version, columns, routes)
     if mode == REPLACE and job is not None and not version:
         raise OptionError("mode", "replace", "needs Kafka's timestamp, topic, partition and offset columns in the "
                           "DataFrame to tell which version of a key is the newest (the later Kafka timestamp wins, "
@@ -95,7 +132,57 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
     return SinkOptions(schema=schema, table=table, mode=mode, key=key, version=version, job=job,
                        dead_letters=dead_letters, evolve=boolean(opts, "evolveSchema"),
                        column_types=_column_types(opts.get("columntypes"), written), generation=generation,
-                       ends=_ending_offsets(opts, job, streaming), url=opts.get("url") or None)
+                       ends=_ending_offsets(opts, job, streaming), url=opts.get("url") or None,
+                       deletes=deletes, routes=routes)
+
+
+def _check_deletes(raw: str, mode: str, key: Sequence[str], version: Sequence[str], columns: Sequence[str],
+                   routes: Sequence[Route]) -> None:
+    """A write that deletes: mode replace, a key of its own, versions to order deletes with upserts, _delete."""
+    fix = "Write with mode=replace, keyColumns naming the record's key, and a boolean _delete column"
+    if routes:
+        raise OptionError("deletes", raw, "does not combine with routes", "Delete from one table per write")
+    if mode != REPLACE:
+        raise OptionError("deletes", raw, f"needs mode replace, not {mode}", fix)
+    if tuple(key) == DEFAULT_KEY:
+        raise OptionError("deletes", raw, "needs a key of the record's own (keyColumns): with the default key "
+                          "(topic, partition, offset) no two records share a row, so nothing could be deleted", fix)
+    if not version or DELETE_COLUMN not in columns:
+        raise OptionError("deletes", raw, "needs the column _delete and Kafka's timestamp, topic, partition and "
+                          f"offset columns (to order a delete with the key's versions); columns: {', '.join(columns)}",
+                          fix)
+
+
+def _routes(raw: str, written: Sequence[str], columns: Sequence[str]) -> tuple[Route, ...]:
+    """`routes`: JSON {table: {"columns": [...], "key": [...], "mode": ..., "columnTypes": {...}}}, each row going
+    to the table its _route column names."""
+    fix = ('Write it as {"orders": {"columns": ["topic", "partition", "offset", "order_id"], "key": ["order_id"], '
+           '"mode": "replace"}}, with a _route column naming each row\'s table')
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError("routes", raw, f"is not valid JSON ({exc.msg})", fix) from None
+    if not isinstance(parsed, dict) or not parsed or ROUTE_COLUMN not in columns:
+        raise OptionError("routes", raw, "needs at least one table and a _route column", fix)
+    routes = []
+    for name, about in parsed.items():
+        if not isinstance(about, dict) or not isinstance(about.get("columns"), list):
+            raise OptionError("routes", raw, f"table {name!r} does not list its columns", fix)
+        schema, table = parse_table(name)
+        taken = tuple(about["columns"])
+        missing = [c for c in taken if c not in written]
+        if missing:
+            raise OptionError("routes", raw, f"table {name!r} takes column(s) {', '.join(missing)} the DataFrame "
+                              f"does not have (columns: {', '.join(written)})", fix)
+        mode = parse_mode(about.get("mode"))
+        key = parse_key(",".join(about["key"]) if about.get("key") else None, taken)
+        version = version_order(taken) if mode == REPLACE else ()
+        if mode == REPLACE and not version:
+            raise OptionError("routes", raw, f"table {name!r} is in mode replace without Kafka's timestamp, topic, "
+                              "partition and offset columns to order a key's versions", fix)
+        types = _column_types(json.dumps(about["columnTypes"]), taken) if about.get("columnTypes") else {}
+        routes.append(Route(name, schema, table, taken, key, mode, version, types))
+    return tuple(routes)
 
 
 def parse_mode(raw: str | None) -> str:

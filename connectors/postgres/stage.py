@@ -39,6 +39,8 @@ class Stage:
     columns: tuple[tuple[str, str], ...]  # (name, type) as binary COPY writes them, the write id last
     dead_letters: bool
     dead_columns: tuple[tuple[str, str], ...] = ()  # the dead letters' table: Kafka coordinates, _error, _raw
+    # (schema, table): a routed write's later tables keep their dead letters in its first table's stage
+    shared_dead: tuple[str, str] | None = None
 
     @property
     def ident(self) -> sql.Composable:
@@ -46,11 +48,11 @@ class Stage:
 
     @property
     def dead_name(self) -> str:
-        return f"{self.name}_d"
+        return self.shared_dead[1] if self.shared_dead else f"{self.name}_d"
 
     @property
     def dead_ident(self) -> sql.Composable:
-        return sql.Identifier(self.schema, self.dead_name)
+        return sql.Identifier(self.shared_dead[0] if self.shared_dead else self.schema, self.dead_name)
 
     @property
     def names(self) -> list[str]:
@@ -63,7 +65,8 @@ class Stage:
 
     @property
     def tables(self) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
-        return [(self.name, self.columns)] + ([(self.dead_name, self.dead_columns)] if self.dead_letters else [])
+        own_dead = self.dead_letters and self.shared_dead is None
+        return [(self.name, self.columns)] + ([(self.dead_name, self.dead_columns)] if own_dead else [])
 
 
 def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
@@ -71,15 +74,19 @@ def stage_name(schema: str, table: str, owner: str, shape: str = "") -> str:
     return f"{STAGE_PREFIX}{table[:30]}_{digest}"
 
 
-def stage_for(target: Target, owner: str, dead_letters: bool) -> Stage:
-    """The stage of `owner` (a stream's job name, or a single write's own id) for the target's columns."""
-    columns = (*((c.name, c.stage_type) for c in target.columns), (WRITE_ID, "text"))
+def stage_for(target: Target, owner: str, dead_letters: bool, extra: tuple[tuple[str, str], ...] = (),
+              shared_dead: Stage | None = None) -> Stage:
+    """The stage of `owner` (a stream's job name, or a single write's own id) for the target's columns and the
+    `extra` columns the commit reads but the table never gets (_delete); with `shared_dead`, its dead letters go
+    to that stage's dead-letter table."""
+    columns = (*((c.name, c.stage_type) for c in target.columns), *extra, (WRITE_ID, "text"))
     types = dict(columns)
     dead = (*((n, types[n]) for n in KAFKA_COORDINATES), *DEAD_LETTER_COLUMNS, (WRITE_ID, "text")) \
         if dead_letters else ()
     shape = ",".join(f"{c.name}:{c.pg_type}:{c.stage_type}" for c in target.columns) + (
-        "|dead-letters" if dead_letters else "")
-    return Stage(target.schema, stage_name(target.schema, target.table, owner, shape), columns, dead_letters, dead)
+        "|dead-letters" if dead_letters else "") + "".join(f"|{n}:{t}" for n, t in extra)
+    return Stage(target.schema, stage_name(target.schema, target.table, owner, shape), columns, dead_letters, dead,
+                 (shared_dead.schema, shared_dead.dead_name) if shared_dead is not None and dead_letters else None)
 
 
 def create(conn, stage: Stage, target: Target, kind: str, sweep_after_s: float, job: str | None = None,

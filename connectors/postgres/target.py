@@ -1,7 +1,8 @@
 """The sink's target table: created from the DataFrame's columns, or checked when it exists, before anything is
-read. An existing table is the user's: it is never restructured, and whatever of it would make a commit fail
-batches later is refused now, with the reason and the statement that fixes it. Identifiers are always quoted
-with psycopg2.sql; values are always bound parameters. offsets_db's tables are never named here."""
+read. An existing table is the user's: it is never restructured beyond what a pipeline entry asks (a column
+added, a type safely widened), and whatever of it would make a commit fail batches later is refused now, with the
+reason and the statement that fixes it. Identifiers are always quoted with psycopg2.sql; values are always bound
+parameters. offsets_db's tables are never named here."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import psycopg2
 from psycopg2 import sql
 from psycopg2.extensions import connection as PgConnection
 
+from streamfill.connectors.postgres.widening import Widening, widening
 from streamfill.offsets_db.locks import SHORT_TRY, table_holders, wait_for_lock
 from streamfill.errors import SinkError
 
@@ -85,8 +88,10 @@ def prepare(conn: PgConnection, schema: str | None, table: str, columns: Sequenc
     index on the key; it may be partitioned any way that routes every row (a default partition), and carry
     triggers, publications and indexes of its own, which the commit's INSERT serves like any other. A mismatch
     would otherwise fail at COPY or at commit, after retries: errors give the statement to run. With `evolve`
-    (a table a pipeline entry manages) a column it lacks is added, nullable, waiting for readers rather than
-    queueing them (`offsets_db.locks`), and columns it has that are not written are reported and left.
+    (a table a pipeline entry manages) a column it lacks is added, nullable, a column whose type the written one
+    safely widens is widened (`widening`; one that rewrites a table above REWRITE_LIMIT is refused), both waiting
+    for readers rather than queueing them (`offsets_db.locks`), and columns it has that are not written are
+    reported and left.
     With `change` False nothing is created or added, only checked: a launch checks the table before it takes
     its job, and changes it once it holds the job, so a launch refused as busy has changed nothing."""
     with conn.cursor() as cur:
@@ -169,17 +174,26 @@ def check_schema(cur, schema: str, table: str) -> None:
                         "schema")
 
 
+# the largest table (heap, indexes and TOAST, every partition) the sink rewrites itself to widen a column: every
+# reader of the table waits for the whole rewrite, so a larger one is refused, with the statement to run at a quiet
+# time (docs/benchmarks.md has the rewrite's measured speed)
+REWRITE_LIMIT = 32 * 2**20
+
+
 def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool, change: bool) -> None:
     name = f"{target.schema}.{target.table}"
     table = target.ident.as_string(cur)
     differ = [(c, existing[c.name]) for c in target.columns
               if c.name in existing and not holds(existing[c.name], c.pg_type)]
-    if differ:
+    widened = {c.name: found for c, have in differ if evolve
+               for found in [widening(normal_type(have), normal_type(c.pg_type))] if found is not None}
+    refused = [(c, have) for c, have in differ if c.name not in widened]
+    if refused:
         alter = ", ".join(f"ALTER COLUMN {col} TYPE {c.pg_type} USING {col}::{c.pg_type}"
-                          for c, _ in differ for col in [sql.Identifier(c.name).as_string(cur)])
+                          for c, _ in refused for col in [sql.Identifier(c.name).as_string(cur)])
         raise SinkError(
             f"table {name} has " + "; ".join(f"column {c.name} of type {have}, but it is written as {c.pg_type}"
-                                             for c, have in differ)
+                                             for c, have in refused)
             + f" (a column must hold every value of its written type). Change the column(s): ALTER TABLE {table} "
             f"{alter}; or write into a new table, which the sink creates with the written types")
     missing = [c for c in target.columns if c.name not in existing]
@@ -190,18 +204,66 @@ def _check_existing(cur, target: Target, existing: dict[str, str], evolve: bool,
     _check_unique_key(cur, target)
     _check_insertable(cur, target)
     _check_partitions(cur, target)
-    for c in missing if change else ():
-        statement = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-            target.ident, sql.Identifier(c.name), sql.SQL(c.pg_type))
-        # ACCESS EXCLUSIVE: every reader that comes while it is queued waits behind it, so each try is short
-        wait_for_lock(cur, statement, what=f"table {name}: adding column {c.name}",
-                      holders=table_holders(target.schema, target.table, "ACCESS EXCLUSIVE"), attempt=SHORT_TRY)
-        log.warning("table %s: column %s %s added (rows written before have it null)", name, c.name, c.pg_type)
+    widen = [(c, widened[c.name]) for c in target.columns if c.name in widened]
+    _check_rewrite(cur, target, widen)
+    if change:
+        _evolve(cur, target, missing, widen)
     if evolve:
         left = [col for col in existing if col not in target.names]
         if left:
             log.warning("table %s: column(s) %s are no longer written and are left as they are", name,
                         ", ".join(left))
+
+
+def _widen_sql(cur, widen: list[tuple[Column, Widening]]) -> list[str]:
+    return [f"ALTER COLUMN {sql.Identifier(c.name).as_string(cur)} TYPE {c.pg_type}" for c, _ in widen]
+
+
+def _check_rewrite(cur, target: Target, widen: list[tuple[Column, Widening]]) -> None:
+    """A widening that rewrites the table holds every reader of it for the whole rewrite: refused above
+    REWRITE_LIMIT, naming the statement to run at a quiet time."""
+    rewriting = [(c, w) for c, w in widen if w.rewrite]
+    if not rewriting:
+        return
+    # a partitioned table's size is its partitions' (pg_partition_tree lists none of a plain table)
+    cur.execute("SELECT pg_total_relation_size(t) + coalesce((SELECT sum(pg_total_relation_size(p.relid)) "
+                "FROM pg_partition_tree(t) p WHERE p.relid <> t), 0) FROM to_regclass(%s) t",
+                (target.ident.as_string(cur),))
+    size = int(cur.fetchone()[0])
+    if size <= REWRITE_LIMIT:
+        return
+    raise SinkError(
+        f"table {target.schema}.{target.table}: widening " + ", ".join(f"column {c.name} from {w.have} to {w.want}"
+                                                                        for c, w in rewriting)
+        + f" rewrites the whole table ({size / 2**20:,.0f} MB, more than the {REWRITE_LIMIT / 2**20:.0f} MB the sink "
+        "rewrites itself), and every reader of the table would wait for the rewrite. Run it at a quiet time: "
+        f"ALTER TABLE {target.ident.as_string(cur)} {', '.join(_widen_sql(cur, widen))}; then launch again")
+
+
+def _evolve(cur, target: Target, missing: list[Column], widen: list[tuple[Column, Widening]]) -> None:
+    """The columns widened and added by one ALTER TABLE (one lock, one rewrite at most), asked for in short tries:
+    ACCESS EXCLUSIVE conflicts with every reader, and each one that comes while it is queued waits behind it."""
+    if not missing and not widen:
+        return
+    name = f"{target.schema}.{target.table}"
+    actions = _widen_sql(cur, widen) + [f"ADD COLUMN IF NOT EXISTS {sql.Identifier(c.name).as_string(cur)} "
+                                        f"{c.pg_type}" for c in missing]
+    statement = f"ALTER TABLE {target.ident.as_string(cur)} {', '.join(actions)}"
+    what = ", ".join([f"widening column {c.name}" for c, _ in widen] + [f"adding column {c.name}" for c in missing])
+    try:
+        wait_for_lock(cur, statement, what=f"table {name}: {what}",
+                      holders=table_holders(target.schema, target.table, "ACCESS EXCLUSIVE"), attempt=SHORT_TRY)
+    except psycopg2.Error as exc:
+        # what depends on the column (a view, a rule) refuses the change; the whole statement is undone
+        cur.connection.rollback()
+        reason = " ".join(str(exc).split())
+        raise SinkError(f"table {name}: {statement} failed, so nothing of it was changed: {reason}. Change what "
+                        "the error names, or run the statement yourself at a quiet time, then launch again") from None
+    for c, w in widen:
+        log.warning("table %s: column %s widened from %s to %s%s", name, c.name, w.have, c.pg_type,
+                    " (the table was rewritten)" if w.rewrite else "")
+    for c in missing:
+        log.warning("table %s: column %s %s added (rows written before have it null)", name, c.name, c.pg_type)
 
 
 def _check_unique_key(cur, target: Target) -> None:

@@ -36,6 +36,7 @@ from streamfill.connectors.postgres.stage import Stage
 from streamfill.connectors.postgres.target import Column, Target
 from streamfill.connectors.spark import worker_gc
 from streamfill.connectors.spark.pg_types import pg_type
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill import failpoints
 from streamfill.errors import SinkError
 from streamfill.partitions import TopicPartition
@@ -62,6 +63,10 @@ class StagedWrite(WriterCommitMessage):
     rows: int  # every row the task attempt staged
     offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # per partition: lowest, highest
     dead: int = 0  # of them, dead letters (a non-null _error)
+    routed: dict[str, int] = field(default_factory=dict)  # a routed write's valid rows per table (its route)
+
+    def valid_in(self, lane: Lane) -> int:
+        return self.routed.get(lane.route, 0) if lane.route is not None else self.rows - self.dead
 
 
 class PostgresSink(DataSource):
@@ -79,13 +84,23 @@ class PostgresSink(DataSource):
 
 
 @dataclass(frozen=True)
+class Lane:
+    """One table a write commits into, with its stage; `route` is the _route value of its rows (None: all)."""
+
+    route: str | None
+    target: Target
+    stage: Stage
+    mode: str
+    version: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SinkPlan:
     """Everything a task and the commit need, decided once on the driver."""
 
     url: str
     options: SinkOptions
-    target: Target
-    stage: Stage
+    lanes: tuple[Lane, ...]  # one per table, the first holding the dead letters' stage
     own_stage: bool  # a stage of this write alone (a df.write, or no job): dropped after its commit
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
     # libpq's form of url and the connection's keywords, derived where the plan is made (the driver) and
@@ -103,6 +118,16 @@ class SinkPlan:
         """A connection this worker kept from an earlier call, or a new one; give it back with kept.release."""
         return kept.connect(self.conninfo, **dict(self.connect_kw))
 
+    @property
+    def target(self) -> Target:
+        """The write's table (a routed write's first)."""
+        return self.lanes[0].target
+
+    @property
+    def stage(self) -> Stage:
+        """The stage of the write's table, which holds the dead letters of every table it writes."""
+        return self.lanes[0].stage
+
 
 def prepare_table(options: dict, schema: StructType, change: bool = True) -> None:
     """Create, check or evolve the target now, on the driver, before a query reads anything: what the sink
@@ -118,8 +143,6 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
         raise SinkError("streamfill_postgres does not truncate tables (SaveMode overwrite); use .mode('append') "
                         "with option mode=replace to upsert rows by key")
     opts = sink_options.parse(options, schema.fieldNames(), streaming=streaming, writing=stage_it)
-    columns = [Column(f.name, opts.column_types.get(f.name) or pg_type(f.name, f.dataType), pg_type(f.name, f.dataType))
-               for f in schema.fields if f.name not in opts.staged_only]
     from sqlalchemy import make_url
 
     from streamfill.pg import PgSettings, connect_args
@@ -135,18 +158,43 @@ def _plan(options: dict, schema: StructType, overwrite: bool, *, streaming: bool
                         f"{str(exc).strip()}. Start it (streamfill stack up) or fix the url option / "
                         "STREAMFILL_DB_URL") from None
     try:
-        if opts.job is not None:
+        if opts.job is not None or opts.deletes:  # a delete is recorded in offsets_db's deleted_keys
             _require_offsets_db(conn, url)
+        if opts.job is not None:
             _require_grants(conn, opts)
-        target_table = target.prepare(conn, opts.schema, opts.table, columns, opts.key, opts.evolve, change)
-        stage_table = stage.stage_for(target_table, owner, opts.dead_letters)
-        if stage_it:
-            stage.create(conn, stage_table, target_table, stage.WRITE if own_stage else stage.STREAM,
-                         PgSettings().stage_orphan_after_s, opts.job, opts.generation)
+        lanes: list[Lane] = []
+        extra = ((DELETE_COLUMN, "boolean"),) if opts.deletes else ()
+        for route in opts.tables:
+            columns = [Column(f.name, route.column_types.get(f.name) or pg_type(f.name, f.dataType),
+                              pg_type(f.name, f.dataType)) for f in schema.fields
+                       if f.name not in opts.staged_only and (not route.columns or f.name in route.columns)]
+            target_table = target.prepare(conn, route.schema, route.table, columns, route.key, opts.evolve, change)
+            stage_table = stage.stage_for(target_table, owner, opts.dead_letters, extra,
+                                          shared_dead=lanes[0].stage if lanes else None)
+            if stage_it:
+                stage.create(conn, stage_table, target_table, stage.WRITE if own_stage else stage.STREAM,
+                             PgSettings().stage_orphan_after_s, opts.job, opts.generation)
+            _check_version(target_table, route.version)
+            if any((lane.target.schema, lane.target.table) == (target_table.schema, target_table.table)
+                   for lane in lanes):
+                raise SinkError(f"routes name table {target_table.schema}.{target_table.table} twice ({route.name} "
+                                "among them): give each table once")
+            lanes.append(Lane(route.name if opts.routes else None, target_table, stage_table, route.mode,
+                              route.version))
     finally:
         kept.release(conn)
     ranged = opts.job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
-    return SinkPlan(url, opts, target_table, stage_table, own_stage=own_stage, ranged=ranged)
+    return SinkPlan(url, opts, tuple(lanes), own_stage=own_stage, ranged=ranged)
+
+
+def _check_version(target_table: Target, version: Sequence[str]) -> None:
+    """A source position that orders versions is a whole number (a change event's position in its log)."""
+    types = {c.name: target.normal_type(c.pg_type) for c in target_table.columns}
+    kind = types.get(SOURCE_POSITION, "") if SOURCE_POSITION in version else "numeric"
+    if not (kind.startswith("numeric") or kind in ("smallint", "integer", "bigint")):
+        raise SinkError(f"{target_table.schema}.{target_table.table}: column {SOURCE_POSITION} orders the versions "
+                        f"of a key (a change event's position in its source's log) and must hold whole numbers, not "
+                        f"{kind}. Write it as a decimal(38,0) or a long, or name the column otherwise")
 
 
 def _require_grants(conn, opts) -> None:
@@ -157,12 +205,13 @@ def _require_grants(conn, opts) -> None:
     with conn.cursor() as cur:
         revision.check(cur)
         grants.check_job_role(cur)
-        if opts.schema is not None:
-            target.check_schema(cur, opts.schema, opts.table)
-        schema = target.schema_or_current(cur, opts.schema)
-        exists = bool(target.existing_columns(cur, schema, opts.table))
-        grants.check_target(cur, schema, opts.table, exists,
-                            ("SELECT", "INSERT", "UPDATE") if opts.mode == REPLACE else ("SELECT", "INSERT"))
+        for route in opts.tables:
+            if route.schema is not None:
+                target.check_schema(cur, route.schema, route.table)
+            schema = target.schema_or_current(cur, route.schema)
+            exists = bool(target.existing_columns(cur, schema, route.table))
+            needed = ("SELECT", "INSERT", "UPDATE") if route.mode == REPLACE else ("SELECT", "INSERT")
+            grants.check_target(cur, schema, route.table, exists, (*needed, "DELETE") if opts.deletes else needed)
 
 
 def _require_offsets_db(conn, url: str) -> None:
@@ -204,6 +253,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                 batch = batch.filter(pc.invert(bad))
             yield batch
 
+    routed: dict[str, int] = {}
     conn = plan.connect()
     spill = None  # a second connection, for dead letters that would not fit in memory until the rows are in
     try:
@@ -218,7 +268,10 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
                     dead.clear()
 
         with conn.cursor() as cur:
-            _copy(cur, stage_table.ident, stage_table.names, valid_spilling(), write_id)
+            if not plan.options.routes:
+                _copy(cur, stage_table.ident, stage_table.names, valid_spilling(), write_id)
+            else:
+                routed = _copy_routed(plan, valid_spilling(), write_id)
             _copy(cur, stage_table.dead_ident, stage_table.dead_names, iter(dead), write_id)
         if spill is not None:
             spill.commit()
@@ -227,7 +280,84 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
         kept.release(conn)
         if spill is not None:
             kept.release(spill)
-    return StagedWrite(write_id, seen["rows"], offsets, seen["dead"])
+    return StagedWrite(write_id, seen["rows"], offsets, seen["dead"], routed)
+
+
+def _copy_routed(plan: SinkPlan, batches: Iterator[pa.RecordBatch], write_id: str) -> dict[str, int]:
+    """A routed write's valid rows, each into the stage of the table its _route names: one COPY per table, each
+    on a connection and thread of its own fed as the batches come, so no table's rows wait in memory. Returns
+    the rows staged per table. When any part fails, no table's part is committed and the task fails."""
+    import queue
+    import threading
+
+    feeds = {lane.route: queue.Queue(maxsize=4) for lane in plan.lanes}
+    counts = {lane.route: 0 for lane in plan.lanes}
+    failures: list[BaseException] = []
+    conns: list = []
+    try:
+        for _ in plan.lanes:
+            conns.append(plan.connect())
+    except BaseException:
+        for conn in conns:
+            kept.release(conn)
+        raise
+
+    def copy_lane(lane: Lane, conn) -> None:
+        feed, ended = feeds[lane.route], threading.Event()
+
+        def fed() -> Iterator[pa.RecordBatch]:
+            while (batch := feed.get()) is not None:
+                yield batch
+            ended.set()
+
+        try:
+            with conn.cursor() as cur:
+                _copy(cur, lane.stage.ident, lane.stage.names, fed(), write_id)
+            if failures:
+                conn.rollback()
+            else:
+                conn.commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the task's thread, which raises it
+            failures.append(exc)
+            if not ended.is_set():  # the task's thread may still be feeding this table
+                for _ in fed():
+                    pass
+            try:
+                conn.rollback()
+            except psycopg2.Error:
+                pass  # a broken connection: release closes it
+
+    threads = [threading.Thread(target=copy_lane, args=(lane, conn), name=f"streamfill-route-{lane.route}",
+                                daemon=True) for lane, conn in zip(plan.lanes, conns)]
+    for thread in threads:
+        thread.start()
+    try:
+        for batch in batches:
+            routes = batch.column(ROUTE_COLUMN)
+            placed = 0
+            for route, feed in feeds.items():
+                part = batch.filter(pc.fill_null(pc.equal(routes, route), False))
+                if part.num_rows:
+                    counts[route] += part.num_rows
+                    placed += part.num_rows
+                    feed.put(part)
+            if placed != batch.num_rows:
+                names = set(pc.unique(routes).to_pylist()) - set(feeds)
+                raise SinkError(f"{batch.num_rows - placed} valid row(s) name no table of the write in _route "
+                                f"({', '.join(map(str, names))}); routes: {', '.join(feeds)}")
+    except BaseException as exc:
+        failures.append(exc)  # before the end markers: no table's part commits
+        raise
+    finally:
+        for feed in feeds.values():
+            feed.put(None)
+        for thread in threads:
+            thread.join()
+        for conn in conns:
+            kept.release(conn)
+    if failures:
+        raise failures[0]
+    return counts
 
 
 def _copy(cur, table: sql.Composable, names: list[str], batches: Iterator[pa.RecordBatch], write_id: str) -> None:
@@ -287,22 +417,29 @@ class _Staged:
         an UNLOGGED stage is emptied by a PostgreSQL crash, so a task that staged before one and a retried task
         that staged after it leave a stage holding only the retry's part."""
         plan, opts = self.plan, self.plan.options
-        valid = sum(w.rows - w.dead for w in self.writes)
         dead = sum(w.dead for w in self.writes)
-        moved = move.Moved(0, 0, whole=False)
-        if valid:
-            move.lock(cur, plan.target)
-            moved = move.move(cur, plan.target, plan.stage, self.write_ids, opts.mode, opts.version, valid)
-        if moved.whole:  # the plain INSERT took every valid row: the dead letters are what is left to count
+        rows, refused, whole, valid_total = 0, 0, True, 0
+        # tables in one order for every write: two routed jobs sharing tables take their locks alike
+        for lane in sorted(plan.lanes, key=lambda lane: (lane.target.schema, lane.target.table)):
+            valid = sum(w.valid_in(lane) for w in self.writes)
+            valid_total += valid
+            if not valid:
+                continue
+            move.lock(cur, lane.target)
+            moved = move.move(cur, lane.target, lane.stage, self.write_ids, lane.mode, lane.version, valid,
+                              deletes=opts.deletes, job=opts.job)
+            rows, refused, whole = rows + moved.rows, refused + moved.refused, whole and moved.whole
+        if whole:  # the plain INSERTs took every valid row: the dead letters are what is left to count
             expected, found = dead, (stage.count(cur, plan.stage, self.write_ids, dead_only=True) if dead else 0)
         else:  # rows the table refused were copied to the dead letters' table meanwhile
-            expected, found = valid + dead + moved.refused, stage.count(cur, plan.stage, self.write_ids)
+            expected = valid_total + dead + refused
+            found = sum(stage.count(cur, lane.stage, self.write_ids) for lane in plan.lanes)
         if found != expected:
             raise SinkError(f"{plan.target.schema}.{plan.target.table}: {found:,} staged rows and dead letters found "
                             f"where the tasks staged {expected:,} (PostgreSQL restarted after a crash since they "
                             "wrote, which empties the UNLOGGED staging table). Nothing is committed; the batch "
                             "fails and Spark replays it")
-        return moved.rows
+        return rows
 
 
 def _cleanup(plan: SinkPlan) -> None:
@@ -316,10 +453,11 @@ def _cleanup(plan: SinkPlan) -> None:
     try:
         with conn.cursor() as cur:
             cur.execute("SET LOCAL lock_timeout = '5s'")
-            if plan.own_stage:
-                stage.drop(cur, plan.stage)
-            else:
-                stage.discard(cur, plan.stage)
+            for lane in plan.lanes:
+                if plan.own_stage:
+                    stage.drop(cur, lane.stage)
+                else:
+                    stage.discard(cur, lane.stage)
         conn.commit()
     except psycopg2.Error as exc:
         log.warning("staging table %s not cleaned (%s); the next commit or sweep does it", plan.stage.name,
@@ -357,10 +495,11 @@ def _abort(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> No
         return
     try:
         with conn.cursor() as cur:
-            if plan.own_stage:
-                stage.drop(cur, plan.stage)
-            else:
-                stage.discard(cur, plan.stage, _write_ids(messages))
+            for lane in plan.lanes:
+                if plan.own_stage:
+                    stage.drop(cur, lane.stage)
+                else:
+                    stage.discard(cur, lane.stage, _write_ids(messages))
         conn.commit()
     finally:
         kept.release(conn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from decimal import Decimal
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,6 +22,7 @@ from psycopg2 import sql
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.connectors.spark import postgres_sink
 from streamfill.connectors.spark.postgres_sink import dsn
@@ -69,6 +71,7 @@ class Run:
         self.store = OffsetStore(self.url)
         self.model = Model(self.scenario.table)
         self.table = f"{self.prefix}_tbl"
+        self.side = f"{self.prefix}_side"  # a routed table's second table
         self.leases: dict[int, object] = {}
         self.readers: list[Reader] = []
         self.mirrors = Mirrors(self.cluster, self.prefix) if self.cluster is not None else None
@@ -120,7 +123,8 @@ class Run:
 
     def write(self, step: Write) -> None:
         writer = self.scenario.writers[step.writer]
-        records = [record(self.scenario.seed, step.writer, writer.dead_letters, p, o)
+        records = [record(self.scenario.seed, step.writer, writer.dead_letters, p, o, self.scenario.table.deletes,
+                          self.scenario.table.positioned, self.scenario.table.routed)
                    for p, start, end in step.ranges for o in range(start, end)]
         evolved = writer.evolve_from is not None and step.number >= writer.evolve_from
         if writer.job:
@@ -291,12 +295,31 @@ class Run:
                    "deadLetters": str(writer.dead_letters).lower(), "evolveSchema": str(evolved).lower()}
         if self.scenario.table.keyed:
             options["keyColumns"] = "k"
+        if self.scenario.table.deletes:
+            options["deletes"] = "true"
+        if self.scenario.table.routed:
+            coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
+            options["routes"] = json.dumps({
+                self.table: {"columns": [f.name for f in self.schema(writer, evolved, self.wide(step)).fields
+                                         if not f.name.startswith("_")],
+                             "key": ["k"] if self.scenario.table.keyed else [], "mode": self.scenario.table.mode},
+                self.side: {"columns": [*coordinates, "k"]}})
         if writer.job:
             options.update(job=self.job(step.writer), jobGeneration=str(self.leases[step.writer].generation))
         if writer.path == BACKFILL:
             options["endingOffsets"] = json.dumps({self.topic(step.writer): {str(p): e for p, _, e in step.ranges}})
-        return postgres_sink._plan(options, _spark_schema(writer.dead_letters, evolved), False,
+        return postgres_sink._plan(options, self.schema(writer, evolved, self.wide(step)), False,
                                    streaming=writer.path == STREAM)
+
+    def schema(self, writer: Writer, evolved: bool, wide: bool = False):
+        table = self.scenario.table
+        extra = ("bigint" if wide else "int") if table.widens else "string"
+        return _spark_schema(writer.dead_letters, evolved, table.deletes, table.positioned, table.routed, extra)
+
+    def wide(self, step: Write) -> bool:
+        """A widening table's `extra` is written as bigint from the writer's second evolved batch."""
+        evolve_from = self.scenario.writers[step.writer].evolve_from
+        return evolve_from is not None and step.number > evolve_from
 
     def arrow(self, step: Write, records: list[Record], evolved: bool) -> pa.RecordBatch:
         writer = self.scenario.writers[step.writer]
@@ -304,12 +327,21 @@ class Run:
                 "partition": pa.array([r.partition for r in records], pa.int32()),
                 "offset": pa.array([r.offset for r in records], pa.int64()),
                 "kafka_timestamp": pa.array([r.stamp for r in records], pa.timestamp("us", tz="UTC")),
-                "k": [r.key for r in records], "v": [r.value for r in records]}
+                **({SOURCE_POSITION: pa.array([None if r.position is None else Decimal(r.position) for r in records],
+                                              pa.decimal128(38, 0))} if self.scenario.table.positioned else {}),
+                "k": pa.array([r.key for r in records], pa.string()),
+                "v": pa.array([r.value for r in records], pa.string())}
         if evolved:
-            data["extra"] = [f"e{r.offset}" for r in records]
+            data["extra"] = pa.array([r.offset for r in records], pa.int64() if self.wide(step) else pa.int32()) \
+                if self.scenario.table.widens else [f"e{r.offset}" for r in records]
         if writer.dead_letters:
             data["_error"] = pa.array(["not json" if r.poison else None for r in records], pa.string())
             data["_raw"] = pa.array([b"{" if r.poison else None for r in records], pa.binary())
+        if self.scenario.table.deletes:
+            data[DELETE_COLUMN] = pa.array([r.tomb for r in records], pa.bool_())
+        if self.scenario.table.routed:
+            data[ROUTE_COLUMN] = pa.array([None if r.poison else self.side if r.side else self.table
+                                           for r in records], pa.string())
         return pa.RecordBatch.from_pydict(data)
 
     # faults
@@ -403,6 +435,11 @@ class Run:
             extra, missing = set(have) - expected, expected - set(have)
             self.fail(f"the table differs from the contract: {len(extra)} rows unexpected (e.g. "
                       f"{sorted(extra, key=str)[:3]}), {len(missing)} missing (e.g. {sorted(missing, key=str)[:3]})")
+        if self.scenario.table.routed:
+            side = self.query(f'SELECT topic, partition, "offset", kafka_timestamp, k FROM "{self.side}"')
+            if len(side) != len(set(side)) or set(side) != model.side:
+                self.fail(f"the routed second table holds {len(side)} rows, {len(set(side) - model.side)} "
+                          f"unexpected, {len(model.side - set(side))} missing")
         for index, writer in enumerate(self.scenario.writers):
             if writer.job:
                 self.check_job(index)
@@ -445,6 +482,9 @@ class Run:
         if model.table.mode != REPLACE:  # every offset once: a row, a dead letter, or a row the user deleted
             rows = self.query(f'SELECT partition, count(*) FROM "{self.table}" WHERE topic = :t GROUP BY 1', t=topic)
             per = dict(rows)
+            for t, p, *_ in model.side:
+                if t == topic:
+                    per[p] = per.get(p, 0) + 1
             for t, p, _ in model.dead.get(index, set()) | model.pruned_dead.get(index, set()) | {
                     d for d in model.deleted if d[0] == topic}:
                 per[p] = per.get(p, 0) + 1
@@ -454,17 +494,23 @@ class Run:
         self.tally.offsets += sum(n - first for n in stands.values())
 
 
-def _spark_schema(dead_letters: bool, evolved: bool):
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                                   TimestampType)
+def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, positioned: bool = False,
+                  routed: bool = False, extra: str = "string"):
+    from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, IntegerType, LongType, StringType,
+                                   StructField, StructType, TimestampType)
 
     fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
+              *([StructField(SOURCE_POSITION, DecimalType(38, 0))] if positioned else []),
               StructField("k", StringType()), StructField("v", StringType())]
     if evolved:
-        fields.append(StructField("extra", StringType()))
+        fields.append(StructField("extra", {"string": StringType(), "int": IntegerType(), "bigint": LongType()}[extra]))
     if dead_letters:
         fields += [StructField("_error", StringType()), StructField("_raw", BinaryType())]
+    if deletes:
+        fields.append(StructField(DELETE_COLUMN, BooleanType()))
+    if routed:
+        fields.append(StructField(ROUTE_COLUMN, StringType()))
     return StructType(fields)
 
 

@@ -9,13 +9,16 @@ lockstep and compares them at the end.
   letter);
 - a record the table refuses is a dead letter with dead letters on; with them off its batch fails and commits
   nothing;
-- what a user deleted stays deleted and what a user updated stays updated, until a newer version of its key.
+- what a user deleted stays deleted and what a user updated stays updated, until a newer version of its key;
+- a tombstone (deletes) is a version too: it removes its key's row when the row is not newer, and a later
+  upsert of the key lands only when it is newer than the newest tombstone of the key ever committed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from streamfill.connectors.postgres.sink_options import REPLACE
 from tests.checker.scenario import Record, Table, Writer
@@ -23,9 +26,11 @@ from tests.checker.scenario import Record, Table, Writer
 Coordinates = tuple[str, int, int]
 
 
-def rank(stamp: datetime | None, topic: str, partition: int, offset: int) -> tuple:
-    """The order of a key's versions (connectors.postgres.sink_options.VERSION_ORDERS)."""
-    return (stamp is not None, stamp.timestamp() if stamp else 0.0, topic, partition, offset)
+def rank(stamp: datetime | None, topic: str, partition: int, offset: int, position: int | None = None) -> tuple:
+    """The order of a key's versions (connectors.postgres.sink_options.VERSION_ORDERS): a positioned table's
+    source position first (None for a table without one ranks all alike)."""
+    return (position is not None, position or 0, stamp is not None, stamp.timestamp() if stamp else 0.0, topic,
+            partition, offset)
 
 
 @dataclass
@@ -43,6 +48,8 @@ class Model:
     deleted: set[Coordinates] = field(default_factory=set)  # rows the user deleted (append-new: by offset)
     pruned_dead: dict[int, set[Coordinates]] = field(default_factory=dict)  # dead letters a prune removed
     pruned: bool = False  # offsets_db's history was pruned: each job's committed batches are a recent run of them
+    tombs: dict[str, tuple] = field(default_factory=dict)  # deletes: per key, the rank of its newest tombstone
+    side: set[tuple] = field(default_factory=set)  # routed: the second table's rows (append-new)
 
     def prune(self) -> None:
         """Every dead letter committed so far is older than the prune's age: it goes."""
@@ -58,20 +65,22 @@ class Model:
 
     @staticmethod
     def _row_rank(row: dict) -> tuple:
-        return rank(row["kafka_timestamp"], row["topic"], row["partition"], row["offset"])
+        position = row.get("source_position")
+        return rank(row["kafka_timestamp"], row["topic"], row["partition"], row["offset"],
+                    None if position is None else int(position))
 
     def refused(self, record: Record) -> bool:
-        return self.check_on and len(record.value) >= 10
+        return self.check_on and not record.tomb and len(record.value) >= 10
 
     def attempted(self, topic: str, records: list[Record]) -> list[Record]:
         """The records of a batch the sink writes: not the poison, and in replace by a key only each key's newest."""
-        valid = [r for r in records if not r.poison]
+        valid = [r for r in records if not r.poison and not r.side]
         if not (self.table.mode == REPLACE and self.table.keyed):
             return valid
         newest: dict[str, Record] = {}
         for r in valid:
-            if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset) > rank(
-                    newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset):
+            if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset, r.position) > rank(
+                    newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset, newest[r.key].position):
                 newest[r.key] = r
         return sorted(newest.values(), key=lambda r: (r.partition, r.offset))
 
@@ -85,13 +94,16 @@ class Model:
             return refused
         self.exists = True
         self.extra = self.extra or evolved
+        self.side |= {(topic, r.partition, r.offset, r.stamp, r.key) for r in records if r.side}
         for r in attempted:
-            if self.refused(r):
+            if self.refused(r) or self._tombstone(topic, r):
                 continue
             row = {"topic": topic, "partition": r.partition, "offset": r.offset, "kafka_timestamp": r.stamp,
                    "k": r.key, "v": r.value}
+            if self.table.positioned:
+                row["source_position"] = None if r.position is None else Decimal(r.position)
             if evolved:
-                row["extra"] = f"e{r.offset}"
+                row["extra"] = r.offset if self.table.widens else f"e{r.offset}"
             key = self._key(row)
             was = self.rows.get(key)
             if was is None:
@@ -108,6 +120,18 @@ class Model:
             for r in records:
                 ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
         return refused
+
+    def _tombstone(self, topic: str, r: Record) -> bool:
+        """Apply a tombstone, or say whether an upsert is older than its key's newest tombstone: True when the
+        record changes nothing more."""
+        ranked = rank(r.stamp, topic, r.partition, r.offset, r.position)
+        if not r.tomb:
+            return r.key in self.tombs and self.tombs[r.key] >= ranked
+        self.tombs[r.key] = max(self.tombs.get(r.key, ranked), ranked)
+        row = self.rows.get((r.key,))
+        if row is not None and self._row_rank(row) <= ranked:
+            del self.rows[(r.key,)]
+        return True
 
     def planned(self, evolved: bool) -> None:
         """The sink made or evolved the table when it planned a write (before any commit)."""
@@ -142,5 +166,7 @@ class Model:
         return {tuple(row.get(n) for n in names) for row in self.rows.values()}
 
     def columns(self) -> list[str]:
-        return ["topic", "partition", "offset", "kafka_timestamp", "k", "v", *(["extra"] if self.extra else []),
+        return ["topic", "partition", "offset", "kafka_timestamp", *(["source_position"] if self.table.positioned
+                                                                     else []), "k", "v",
+                *(["extra"] if self.extra else []),
                 *(["by_hand"] if self.by_hand else [])]

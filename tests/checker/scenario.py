@@ -5,11 +5,16 @@ The space (docs/guarantees.md, "Guarantees at every intersection"):
 - writers: one or two on one table, their batches read by a task per partition or by one task for all
   (maxPartitions); each a stream (a job, one stage kept across batches), a backfill or a
   window replay (a job, a bounded write that names where its batch ends) or a `df.write` without a job; dead
-  letters on or off; `evolveSchema` from one of its batches on (a column `extra` appears); a job's commits
+  letters on or off; `evolveSchema` from one of its batches on (a column `extra` appears, of text or of whole
+  numbers widened from int to bigint from the writer's next batch); a job's commits
   mirrored to a consumer group (`commitToGroup`) through the cluster's PLAINTEXT or SASL_SSL listener; a stream
   that starts past the first offsets (`start: latest` or a time), its start kept in offsets_db before any batch;
 - the table: `append-new` on the Kafka coordinates, or `replace` on the coordinates or on a key `k` whose
-  versions cross partitions, jobs and batches, some without a Kafka timestamp;
+  versions cross partitions, jobs and batches, some without a Kafka timestamp; a keyed `replace` table whose
+  records may be tombstones (`deletes`), a delete ordered with the key's versions and recorded against replays;
+  a keyed `replace` table whose versions are ordered by a change event's source position first (Debezium's
+  order), positions beyond a double's precision, some missing, disagreeing with Kafka's order; a table whose
+  topic is routed (`routes`): some records go to a second table (append-new), in the same transaction;
 - users: deletes, updates, a CHECK that refuses long values (and its removal), an insert trigger, a column
   added by hand, a long REPEATABLE READ reader; a dashboard probes the table throughout;
 - faults: PostgreSQL crashed between two tasks' COPYs or after a commit, or down when the driver commits (an
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
@@ -85,6 +90,13 @@ class Writer:
 class Table:
     mode: str  # APPEND_NEW or REPLACE
     keyed: bool  # keyColumns=k (replace only); otherwise the default key, the Kafka coordinates
+    # keyed replace: some records are tombstones that delete their key's row; out of repr like Writer.start
+    deletes: bool = field(default=False, repr=False)
+    positioned: bool = field(default=False, repr=False)  # keyed replace: rows carry source_position
+    routed: bool = field(default=False, repr=False)  # some records go to a second table, `<table>_side`
+    # the column `extra` holds whole numbers, written as int until a writer's second evolved batch, then as
+    # bigint: the sink widens the column while the dashboard probes the table
+    widens: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -113,7 +125,11 @@ class Scenario:
     prunes: tuple[int, ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
-        lines = [f"seed {self.seed}: table {self.table.mode}{' keyed by k' if self.table.keyed else ''}"]
+        lines = [f"seed {self.seed}: table {self.table.mode}{' keyed by k' if self.table.keyed else ''}"
+                 + (", tombstones delete" if self.table.deletes else "")
+                 + (", ordered by source position" if self.table.positioned else "")
+                 + (", some records routed to a second table" if self.table.routed else "")
+                 + (", extra widened from int to bigint" if self.table.widens else "")]
         lines += [f"  writer {i}: {w.path}, dead letters {'on' if w.dead_letters else 'off'}"
                   + (f", evolveSchema from batch {w.evolve_from}" if w.evolve_from is not None else "")
                   + (f", commitToGroup over {w.mirror}" if w.mirror else "")
@@ -140,25 +156,44 @@ class Record:
     stamp: datetime | None  # the Kafka timestamp; None for a record without one
     value: str
     poison: bool  # its parse failed: a dead letter of the pipeline (dead letters on only)
+    tomb: bool = field(default=False, repr=False)  # a tombstone: its value null, it deletes its key's row
+    position: int | None = field(default=None, repr=False)  # its source position (a positioned table)
+    side: bool = field(default=False, repr=False)  # routed to the second table (a routed table)
 
 
 POISON_RUN = 8  # poison comes alone or in runs of this many offsets: a small task may stage only dead letters
 
 
-def record(seed: int, writer: int, dead_letters: bool, partition: int, offset: int) -> Record:
+POSITION_BASE = 2**62  # positions above 2**53 that differ in their last digits: a double would tie them
+
+
+def record(seed: int, writer: int, dead_letters: bool, partition: int, offset: int, tombstones: bool = False,
+           positioned: bool = False, routed: bool = False) -> Record:
     """The record at this offset of the writer's topic: the same for the same seed, whoever asks."""
     rng = random.Random(f"{seed}/{writer}/{partition}/{offset}")
     stamp = None if rng.random() < 0.15 else T0 + timedelta(milliseconds=rng.randrange(100_000))
     value = LONG if rng.random() < 0.05 else f"v{offset}"
     in_run = random.Random(f"{seed}/{writer}/{partition}/run {offset // POISON_RUN}").random() < 0.05
     poison = dead_letters and (in_run or rng.random() < 0.04)
-    return Record(partition, offset, f"k{rng.randrange(12)}", stamp, value, poison)
+    key = f"k{rng.randrange(12)}"
+    tomb = tombstones and not poison and random.Random(f"{seed}/{writer}/{partition}/{offset}/tomb").random() < 0.15
+    position = None
+    if positioned:
+        places = random.Random(f"{seed}/{writer}/{partition}/{offset}/position")
+        position = None if places.random() < 0.1 else POSITION_BASE + places.randrange(40)
+    side = routed and not poison and random.Random(f"{seed}/{writer}/{partition}/{offset}/side").random() < 0.3
+    return Record(partition, offset, key, stamp, None if tomb else value, poison, tomb, position, side)
 
 
 def draw(seed: int, steps: int | None = None) -> Scenario:
     rng = random.Random(seed)
     mode = rng.choice((APPEND_NEW, REPLACE))
-    table = Table(mode, keyed=mode == REPLACE and rng.random() < 0.7)
+    keyed = mode == REPLACE and rng.random() < 0.7
+    table = Table(mode, keyed, deletes=keyed and random.Random(f"{seed}/tombs").random() < 0.5,  # apart
+                  positioned=keyed and random.Random(f"{seed}/positions").random() < 0.4)
+    routes = random.Random(f"{seed}/two tables")
+    table = replace(table, routed=not table.deletes and routes.random() < 0.3,
+                    widens=random.Random(f"{seed}/widens").random() < 0.5)
     writers = []
     for n in range(rng.choice((1, 2))):
         path = rng.choice(PATHS)
@@ -206,5 +241,9 @@ def fingerprint(scenario: Scenario) -> str:
             dead_letters = scenario.writers[step.writer].dead_letters
             for p, start, end in step.ranges:
                 for offset in range(start, end):
-                    digest.update(repr(record(scenario.seed, step.writer, dead_letters, p, offset)).encode())
+                    drawn = record(scenario.seed, step.writer, dead_letters, p, offset, scenario.table.deletes,
+                                   scenario.table.positioned, scenario.table.routed)
+                    digest.update(repr(drawn).encode() + (b"tomb" if drawn.tomb else b"")
+                                  + (repr(drawn.position).encode() if scenario.table.positioned else b"")
+                                  + (b"side" if drawn.side else b""))
     return digest.hexdigest()[:16]

@@ -262,9 +262,9 @@ def test_a_backfill_into_a_table_that_does_not_fit_records_nothing_and_runs_once
     valid, bad = demo_topic(bootstrap, topic_name, 300, 0.05, partitions=2)
     job, url = f"{topic_name}-table", stack_settings.offsets_db_url
     wrong = f"{topic_name}_wrong"
-    with db.begin() as conn:  # user_id is written as bigint
+    with db.begin() as conn:  # user_id is written as bigint, which text is no widening to
         conn.exec_driver_sql(f'CREATE TABLE "{wrong}" (topic text, partition integer, "offset" bigint, '
-                             'user_id integer, UNIQUE (topic, partition, "offset"))')
+                             'user_id text, UNIQUE (topic, partition, "offset"))')
 
     def recorded() -> list[tuple]:
         return query(db, "SELECT (SELECT count(*) FROM jobs WHERE name = :j), (SELECT count(*) FROM runs r JOIN "
@@ -274,7 +274,7 @@ def test_a_backfill_into_a_table_that_does_not_fit_records_nothing_and_runs_once
     with pytest.raises(OptionError, match="--table 'a.b.c' is not a table name"):
         backfill.BackfillArgs(job, topic_name, "earliest", "latest", "a.b.c", pipeline="orders")
     for table, message in (
-            (wrong, f"table public.{wrong} has column user_id of type integer, but it is written as bigint"
+            (wrong, f"table public.{wrong} has column user_id of type text, but it is written as bigint"
                     f" .*ALTER TABLE \"public\".\"{wrong}\" ALTER COLUMN \"user_id\" TYPE bigint"),
             (f"{topic_name}_none.events", f"schema {topic_name}_none does not exist. Create it \\(CREATE SCHEMA")):
         args = backfill.BackfillArgs(job, topic_name, "earliest", "latest", table, chunk_size=200, pipeline="orders")
