@@ -41,7 +41,7 @@ def of_entries(specs: Iterable[PipelineSpec], db_url: str) -> dict[str, EntryAss
     specs = list(specs)
     every = _announced(specs, db_url)
     return {spec.name: EntryAssets(_asset(_uri(db_url, spec.table), every),
-                                   _asset(_uri(db_url, spec.interval_target), every) if spec.topic is not None
+                                   _asset(_uri(db_url, spec.interval_target), every) if spec.windowed
                                    else None)
             for spec in specs}
 

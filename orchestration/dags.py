@@ -184,7 +184,7 @@ def build() -> dict[str, DAG]:
     that file (Airflow records the file it was importing), wherever this module is installed."""
     JOBS.clear()
     JOBS.update(load(pin()))
-    one_topic = [name for name, spec in JOBS.items() if spec.topic is not None]
+    one_topic = [name for name, spec in JOBS.items() if spec.windowed]
     tables = assets.of_entries(JOBS.values(), assets.database_url())
     dags = [_entry_dags(spec, tables[spec.name]) for spec in JOBS.values()]
     return {d.dag_id: d for d in [*(d for entry in dags for d in entry), _replay(one_topic), _maintenance()]}
@@ -207,7 +207,7 @@ def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
         check_health(spec.name)
     out.append(dag)
 
-    if spec.topic is not None:  # windows and replays read one topic
+    if spec.windowed:  # windows and replays read one topic into one table
         with DAG(dag_id=dag_ids.interval(spec.name), catchup=False, max_active_runs=4, tags=TAGS,
                  schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"), is_paused_upon_creation=True,
                  default_args={"retries": 2, "retry_delay": timedelta(seconds=30)}) as dag:

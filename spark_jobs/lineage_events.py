@@ -30,7 +30,9 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.uuid import generate_static_uuid
 
-from streamfill.spark_jobs.pipelines.spec import COORDINATES, PipelineSpec
+from streamfill.changes import SOURCE_POSITION, SOURCE_POSITION_TYPE
+from streamfill.spark_jobs.pipelines.columns import COORDINATE_TYPES
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 from streamfill.spark_jobs.pipelines.types import parse_type
 from streamfill.errors import OptionError
 
@@ -50,7 +52,6 @@ NAMESPACE_SETTING, DEFAULT_NAMESPACE = "STREAMFILL_LINEAGE_NAMESPACE", "streamfi
 PARENT_ID, ROOT_PARENT_ID = "OPENLINEAGE_PARENT_ID", "OPENLINEAGE_ROOT_PARENT_ID"
 # Spark's Kafka schema (connectors/spark/source.py SCHEMA) in the entry's type names, so the sink's types of the
 # coordinates come from spark_jobs.pipelines.types like every declared column's
-COORDINATE_TYPES = dict(zip(COORDINATES, ("string", "int", "bigint", "timestamp")))
 Assertion = tuple[str, str | None, bool] | tuple[str, str | None, bool, str | None]
 
 
@@ -146,7 +147,8 @@ def schema_facet(spec: PipelineSpec, other_types: Mapping[str, str] | None = Non
     columns take their type from `other_types` (e.g. the written DataFrame through connectors.spark.pg_types)
     and are listed without one otherwise."""
     known = {name: parse_type(t).postgres for name, t in COORDINATE_TYPES.items()}
-    known.update({name: c.column_type.postgres for name, c in spec.columns.items()})
+    known[SOURCE_POSITION] = parse_type(SOURCE_POSITION_TYPE).postgres
+    known.update({name: c.column_type.postgres for name, c in spec.all_columns.items()})
     known.update(other_types or {})
     return schema_dataset.SchemaDatasetFacet(
         fields=[schema_dataset.SchemaDatasetFacetFields(name=name, type=known.get(name))

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import make_url
 
+from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.offsets_db.fencing import Lease
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.spark_jobs import pipelines
@@ -114,10 +115,29 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
                  ends: Positions | None = None) -> dict[str, str]:
     """Valid rows to `table` with the entry's column types and key (columns it adds are added to the table),
     dead letters to offsets_db.dead_letters, offsets committed in the same transaction by the launch holding
-    the job (`generation`), as the batch ending at `ends` (a backfill's chunk) when given."""
+    the job (`generation`), as the batch ending at `ends` (a backfill's chunk) when given. A routed entry writes
+    each of its tables with their own columns, key and mode; an entry that deletes has its deletes applied."""
     types = {name: c.column_type.postgres for name, c in spec.columns.items()}
     options = {"table": table, "job": job, "mode": mode, "deadLetters": str(spec.dead_letters).lower(), "url": url,
                "keyColumns": ",".join(spec.key), "columnTypes": json.dumps(types), "evolveSchema": "true"}
+    if spec.can_delete:
+        if mode != REPLACE:
+            raise OptionError("--mode", mode, f"cannot write entry {spec.name!r}: its records delete keys "
+                              "(deletes: tombstone, or a change-data-capture format), which only mode replace "
+                              "applies", "Use --mode replace")
+        options["deletes"] = "true"
+    routes = spec.route_tables()
+    if routes:
+        if table != spec.table or mode != spec.mode:
+            given = ("--table", table) if table != spec.table else ("--mode", mode)
+            raise OptionError(*given, f"cannot apply to entry {spec.name!r}: it routes its records by "
+                              f"{spec.route.field} to the tables {', '.join(r.table for r in routes)}, each with "
+                              "its own mode", "Run the entry as it is, into its tables; or declare another entry")
+        for own in ("keyColumns", "columnTypes", "mode"):  # each table's, in routes
+            options.pop(own)
+        options["routes"] = json.dumps({r.table: {
+            "columns": r.table_columns(), "key": list(r.key), "mode": r.mode,
+            "columnTypes": {name: c.column_type.postgres for name, c in r.columns.items()}} for r in routes})
     if generation is not None:
         options["jobGeneration"] = str(generation)
     if ends is not None:

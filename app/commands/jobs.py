@@ -30,8 +30,9 @@ def list_jobs() -> None:
         table.add_column(col, overflow="fold")
     for name, spec in entries.items():
         kind, source = spec.topics_option
-        dags = dag_ids.of_entry(name, spec.topic is not None) + [dag_ids.REPLAY] * (spec.topic is not None)
-        table.add_row(name, f"{'pattern ' if kind == 'subscribePattern' else ''}{source}", spec.format, spec.table,
+        dags = dag_ids.of_entry(name, spec.windowed) + [dag_ids.REPLAY] * spec.windowed
+        tables = "\n".join(dict.fromkeys(t.table for t in spec.route_tables())) or spec.table
+        table.add_row(name, f"{'pattern ' if kind == 'subscribePattern' else ''}{source}", spec.format, tables,
                       f"{', '.join(spec.key)} / {spec.mode}", "\n".join(dags))
     console.print(table)
 
@@ -40,9 +41,10 @@ def list_jobs() -> None:
 def check(file: Annotated[Optional[Path], typer.Argument(
         help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
     """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
+    from streamfill.changes import NO_DELETES, TOMBSTONE
     from streamfill.spark_jobs.pipelines import load, read, registry
     from streamfill.spark_jobs.pipelines.expectations import extra
-    from streamfill.spark_jobs.pipelines.spec import COORDINATES
+    from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS
     from streamfill.errors import StreamfillError
 
     try:
@@ -53,26 +55,55 @@ def check(file: Annotated[Optional[Path], typer.Argument(
             extra(spec)  # the quality: list, against Great Expectations
     except StreamfillError as exc:
         raise fail(exc) from None
-    coordinates = {"topic": "text", "partition": "integer", "offset": "bigint", "kafka_timestamp": "timestamptz"}
     for name, spec in entries.items():
         source = f", columns from subject {spec.registry_subject}" if spec.registry_reader_schema else ""
-        table = Table(title=f"job {name}: table {spec.table} ({spec.format}{source}, key {', '.join(spec.key)}, "
-                            f"{spec.mode})")
-        for col in ("column", "type", "rules"):
-            table.add_column(col, overflow="fold")
-        for column in COORDINATES:
-            table.add_row(column, coordinates[column], "Kafka coordinates")
-        if spec.format == "raw":
-            for column, pg in (("key", "bytea"), ("value", "bytea"), ("headers", "jsonb")):
-                table.add_row(column, pg, "as the record came")
-        for column, c in spec.columns.items():
-            rules = [*map(str, c.rules()), *(["key"] if column in spec.key else [])]
-            source = f" (field {c.field})" if c.field else ""
-            table.add_row(column, c.column_type.postgres, escape(", ".join(rules) + source))
-        for column, expression in spec.derived.items():
-            table.add_row(column, "from Spark SQL", escape(expression))
-        console.print(table)
+        deletes = f", deletes {spec.deletes}" if spec.deletes != NO_DELETES else ""
+        if spec.route is None:
+            console.print(_table_of(f"job {name}: table {spec.table} ({spec.format}{source}{deletes}, key "
+                                    f"{', '.join(spec.key)}, {spec.mode})", spec, spec.columns, spec.derived,
+                                    spec.key))
+        for t in spec.route_tables():
+            picked = f"{spec.route.field} = {t.value}" if t.value is not None else "records no route names"
+            console.print(_table_of(f"job {name}: table {t.table} ({spec.format}{source}, {picked}, key "
+                                    f"{', '.join(t.key)}, {t.mode})", spec, t.columns, t.derived, t.key))
+        if spec.route is not None and spec.route.unmatched == DEAD_LETTERS:
+            console.print(f"  records no route names: dead letters (no route for {spec.route.field}: ...)",
+                          highlight=False)
+        tombstone = "deletes the row its Kafka key names" if spec.deletes == TOMBSTONE else "is ignored"
+        if spec.format == "debezium":
+            console.print(f"  changes: op c, r and u upsert after, op d deletes before's key, a tombstone {tombstone}",
+                          highlight=False)
+        elif spec.deletes == TOMBSTONE:
+            console.print(f"  deletes: a tombstone (null value) {tombstone}", highlight=False)
         console.print(f"  starts at: {spec.start} (while offsets_db has no position for the job)", highlight=False)
         if spec.quality:
             console.print("  quality: " + "; ".join(next(iter(q)) for q in spec.quality), highlight=False)
     console.print(f"{len(entries)} job(s) valid", highlight=False)
+
+
+
+
+def _table_of(title: str, spec, columns, derived, key) -> Table:
+    """One table an entry creates: its columns with their PostgreSQL types and rules."""
+    from streamfill.changes import SOURCE_POSITION, SOURCE_POSITION_TYPE
+    from streamfill.spark_jobs.pipelines.columns import COORDINATE_TYPES, COORDINATES
+    from streamfill.spark_jobs.pipelines.types import parse_type
+
+    table = Table(title=title)
+    for col in ("column", "type", "rules"):
+        table.add_column(col, overflow="fold")
+    for column in COORDINATES:
+        table.add_row(column, parse_type(COORDINATE_TYPES[column]).postgres, "Kafka coordinates")
+    if spec.format == "debezium":
+        where = f"the change event's {spec.position_path}" if spec.position_path else "none (position: none)"
+        table.add_row(SOURCE_POSITION, parse_type(SOURCE_POSITION_TYPE).postgres, escape(f"position: {where}"))
+    if spec.format == "raw":
+        for column, pg in (("key", "bytea"), ("value", "bytea"), ("headers", "jsonb")):
+            table.add_row(column, pg, "as the record came")
+    for column, c in columns.items():
+        rules = [*map(str, c.rules()), *(["key"] if column in key else [])]
+        source = f" (field {c.field})" if c.field else ""
+        table.add_row(column, c.column_type.postgres, escape(", ".join(rules) + source))
+    for column, expression in derived.items():
+        table.add_row(column, "from Spark SQL", escape(expression))
+    return table

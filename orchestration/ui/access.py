@@ -48,7 +48,7 @@ def dags_of(name: str, specs: dict[str, PipelineSpec], recorded: Iterable[str]) 
     """The entry's own DAGs and those recorded as launching the job, but the replay form every team shares: who
     may read it is no reason to see each entry's replays."""
     spec = entry_of(name, specs)
-    made = dag_ids.of_entry(spec.name, spec.topic is not None) if spec is not None else []
+    made = dag_ids.of_entry(spec.name, spec.windowed) if spec is not None else []
     return {*made, *(d for d in recorded if d != dag_ids.REPLAY)}
 
 

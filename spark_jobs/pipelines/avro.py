@@ -66,9 +66,10 @@ def to_json(value: bytes, schema, wire_format: str = "plain",
 
 
 def to_json_batches(batches: Iterator[pa.RecordBatch], schema: dict | None, wire_format: str = "plain",
-                    registry: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
+                    registry: Mapping[str, str] | None = None, keys: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: every column kept, `value` replaced by the datum's JSON, `_avro_error` and `_original`
-    (the bytes as they came, for dead letters) added."""
+    (the bytes as they came, for dead letters) added. `keys`: a tombstone's key in Confluent's wire format is
+    replaced by its datum's JSON too (the registry knows its writer schema by its id); any other key stays."""
     import fastavro
 
     parsed = fastavro.parse_schema(schema) if schema is not None else None
@@ -82,7 +83,21 @@ def to_json_batches(batches: Iterator[pa.RecordBatch], schema: dict | None, wire
             text, error = to_json(value, parsed, wire_format, registry)
             values.append(value if text is None else text)
             errors.append(error)
-        columns = [pa.array(values, pa.binary()) if name == "value" else batch.column(name)
-                   for name in batch.schema.names]
+        replaced = {"value": pa.array(values, pa.binary())}
+        if keys and registry is not None:
+            replaced["key"] = pa.array(_tombstone_keys(batch, registry), pa.binary())
+        columns = [replaced.get(name, batch.column(name)) for name in batch.schema.names]
         yield pa.RecordBatch.from_arrays([*columns, pa.array(errors, pa.string()), batch.column("value")],
                                          names=[*batch.schema.names, "_avro_error", "_original"])
+
+
+def _tombstone_keys(batch: pa.RecordBatch, registry: Mapping[str, str]) -> list[bytes | None]:
+    """The batch's keys, each of a null value in Confluent's wire format as its datum's JSON. A key that does
+    not decode stays as it came: the parse then says why it names no row."""
+    out = []
+    for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
+        text = None
+        if value is None and key is not None and key[:1] == b"\0":
+            text, _ = to_json(key, None, "confluent", registry)
+        out.append(key if text is None else text)
+    return out

@@ -2,9 +2,12 @@
 replay: read the value (JSON as text, Avro decoded in Python into the same JSON text, or raw bytes), type every
 column explicitly (so a wrong type is a reason, not a silent null), check each rule, add derived columns.
 
-The result has Kafka's coordinates, the entry's columns, `_error` (null for a valid row, else the first rule
-broken: `amount above max 1000000: 2500000`) and `_raw` (the value of a dead letter, null otherwise), the two
-columns `streamfill_postgres` turns into dead letters. Records that PostgreSQL could not store as they are (a NUL
+The result has Kafka's coordinates, a Debezium event's `source_position`, the entry's columns (a routed entry's:
+every route table's once), the derived columns, `_error` (null for a valid row, else the first rule broken:
+`amount above max 1000000: 2500000`) and `_raw` (the value of a dead letter, null otherwise), the two columns
+`streamfill_postgres` turns into dead letters; then `_delete` for an entry whose records can delete (a tombstone,
+a Debezium event: spark_jobs.pipelines.envelope) and `_route` for a routed one (the table a record goes to,
+checked against that table's columns only). Records that PostgreSQL could not store as they are (a NUL
 character in text, invalid UTF-8, a number too large for its column) are dead letters too: one bad record never
 fails a batch.
 """
@@ -21,21 +24,26 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION, SOURCE_POSITION_TYPE, TOMBSTONE
 from streamfill.connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonColumns, ValueColumn, can_check
+from streamfill.spark_jobs.pipelines import envelope, reasons
+from streamfill.spark_jobs.pipelines.columns import COORDINATES
+from streamfill.spark_jobs.pipelines.reasons import NUL
+from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS, RouteTable
 from streamfill.spark_jobs.pipelines.spec import Column, PipelineSpec
 from streamfill.spark_jobs.pipelines.types import NUMERIC
 from streamfill.errors import OptionError
 from streamfill.rules import BOUNDS, BrokenWhen, Rule, Shown
 
-CORRUPT = "_corrupt"
+CORRUPT = envelope.CORRUPT
 STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
 JSON_TEXT = "_json"  # the value's top-level fields as text (from_json), CORRUPT set when it is not JSON
 JSON_EXACT = "_json_exact"  # the top-level fields json columns read, as variants: their exact JSON
+ROUTE_VALUE = "_route_value"  # the text of a routed entry's route field
 
 
 def _coordinates() -> list[SparkColumn]:
     return [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp").alias("kafka_timestamp")]
-NUL = "\u0000"
 
 
 def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
@@ -49,7 +57,7 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
         cols = _columns(spec, PARSED in kafka.columns)
         return cols.select(check(kafka, spec), "rows", "out")
     except AnalysisException:
-        if not spec.derived:
+        if not spec.all_derived:
             raise
         raise _bad_derived(check(kafka, spec), spec) from None
 
@@ -57,9 +65,9 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
 def reader_options(spec: PipelineSpec) -> dict[str, str]:
     """The `streamfill_kafka` options that have the read type the entry's JSON values itself where the result is
     certain to be Spark's (connectors.kafka.json_values, less CPU than from_json and the casts);
-    none for an entry it cannot type (Avro or raw values, nested types, paths into the value, a json column, an
-    `in` list of numbers other than whole ones: json_values.can_check). `parse` gives the same rows and dead
-    letters either way."""
+    none for an entry it cannot type (Avro, raw or Debezium values, a routed entry, nested types, paths into the
+    value, a json column, an `in` list of numbers other than whole ones: json_values.can_check). `parse` gives
+    the same rows and dead letters either way."""
     columns = _json_columns(spec)
     return {} if columns is None else {OPTION: columns.to_option()}
 
@@ -68,7 +76,7 @@ _typed_columns: dict[tuple[object, str], JsonColumns | None] = {}
 
 
 def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
-    if spec.format != "json":
+    if spec.format != "json" or spec.route is not None:  # a route's rules depend on the record's table
         return None
     fields = [c.field or name for name, c in spec.columns.items()]
     if len(set(fields)) != len(fields) or CORRUPT in fields or any("." in f for f in fields):
@@ -115,15 +123,16 @@ def _with_bounds(spec: PipelineSpec) -> JsonColumns:
 def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
     """The first `derived` expression Spark cannot parse or resolve over the entry's columns, named with its
     entry (the launch fails before anything is read or recorded)."""
-    rows = _columns_without_derived(spec).select(checked, "rows")
-    for name, sql in spec.derived.items():
-        try:
-            rows.select(F.expr(sql).alias(name))
-        except AnalysisException as exc:
-            reason = str(exc).strip().splitlines()[0]
-            return OptionError(f"derived.{name}", sql, f"in entry {spec.name!r} is not a Spark SQL expression over "
-                               f"the entry's columns ({', '.join(spec.columns)}): {reason}",
-                               "Fix the expression in the jobs file and launch again")
+    rows = _columns(spec, derived=False).select(checked, "rows")
+    for table in _tables(spec):
+        for name, sql in table.derived.items():
+            try:
+                rows.select(F.expr(sql).alias(name))
+            except AnalysisException as exc:
+                reason = str(exc).strip().splitlines()[0]
+                return OptionError(f"derived.{name}", sql, f"in entry {spec.name!r} is not a Spark SQL expression "
+                                   f"over the entry's columns ({', '.join(spec.all_columns)}): {reason}",
+                                   "Fix the expression in the jobs file and launch again")
     return OptionError("derived", dict(spec.derived), f"of entry {spec.name!r} do not resolve together",
                        "Check that no derived column refers to another")
 
@@ -131,10 +140,10 @@ def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
 def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Every record with its typed values and the first rule it breaks (`_error`), rejected ones included:
     what `parse` keeps of valid records, and what tests compare with the rules' expectations."""
-    if spec.format == "avro":
+    if spec.avro_values:
         kafka = decode_avro(kafka, spec)
     cols = _columns(spec, PARSED in kafka.columns)
-    return cols.select(kafka, "base", "typed", "checked")
+    return cols.select(kafka, "change_parsed", "change_unwrapped", "change", "base", "typed", "checked")
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,10 @@ class _Projections:
     DataFrame, so one entry builds them once: a backfill parses every chunk with them (building them is about
     2,800 calls into the JVM, 0.25 s of the driver's time per chunk)."""
 
+    # an entry that can delete: its key and value parsed, unwrapped, and the document its columns read (envelope)
+    change_parsed: tuple[SparkColumn | str, ...]
+    change_unwrapped: tuple[SparkColumn | str, ...]
+    change: tuple[SparkColumn | str, ...]
     base: tuple[SparkColumn, ...]  # Kafka's coordinates, the value parsed as JSON text
     typed: tuple[SparkColumn | str, ...]  # every column so far, and each column typed once: _c_NAME = struct(raw, v)
     checked: tuple[SparkColumn | str, ...]  # typed values and the first rule broken (_error)
@@ -154,11 +167,13 @@ class _Projections:
 
     def select(self, df: DataFrame, *projections: str) -> DataFrame:
         """df.select(*<projection>) for each projection in turn, its columns sent to the JVM once per entry and
-        session."""
+        session; an empty projection (an entry that needs none) is skipped."""
         from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
         for projection in projections:
             cols = getattr(self, projection)
+            if not cols:
+                continue
             if not isinstance(df, ClassicDataFrame):  # Spark Connect: no JVM in this process
                 df = df.select(*cols)
                 continue
@@ -170,64 +185,160 @@ class _Projections:
         return df
 
 
-_built: dict[tuple[object, str, bool], _Projections] = {}  # (the JVM's gateway, the parse fields, typed) -> columns
+_built: dict[tuple[object, str, bool, bool], _Projections] = {}  # (JVM's gateway, parse fields, typed, derived)
 _building = threading.Lock()  # a backfill builds its chunks in threads
+_PARSE_FIELDS = {"format", "schema_registry", "columns", "derived", "key", "deletes", "position", "route"}
 
 
-def _columns_without_derived(spec: PipelineSpec, typed: bool = False) -> _Projections:
-    return _columns(spec.model_copy(update={"derived": {}}), typed)
-
-
-def _columns(spec: PipelineSpec, typed: bool = False) -> _Projections:
-    """The entry's projections; `typed`: the read brings `_parsed` and `_p_<column>` (reader_options)."""
+def _columns(spec: PipelineSpec, typed: bool = False, derived: bool = True) -> _Projections:
+    """The entry's projections; `typed`: the read brings `_parsed` and `_p_<column>` (reader_options);
+    `derived`: with the derived columns (without: to find the one Spark cannot resolve)."""
     from pyspark import SparkContext
 
-    key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "derived", "key"}), typed)
+    key = (SparkContext._gateway, spec.model_dump_json(include=_PARSE_FIELDS), typed, derived)
     with _building:
         if key not in _built:
             if len(_built) >= 32:  # a process parsing many entries (tests) keeps the newest
                 _built.pop(next(iter(_built)))
-            _built[key] = _projections(spec, typed)
+            _built[key] = _projections(spec, typed, derived)
         return _built[key]
 
 
-def _projections(spec: PipelineSpec, typed_by_reader: bool = False) -> _Projections:
-    fields = sorted({(c.field or name).split(".")[0] for name, c in spec.columns.items()})
+@dataclass(frozen=True)
+class _Reading:
+    """One typed value: column `name` read from the document's field `path`, typed once however many route
+    tables have that column from that field."""
+
+    alias: str  # the typed projection's struct(raw, v) of it
+    name: str
+    column: Column
+
+    @property
+    def path(self) -> str:
+        return self.column.field or self.name
+
+    @property
+    def raw(self) -> SparkColumn:
+        return F.col(f"{self.alias}.raw")
+
+    @property
+    def v(self) -> SparkColumn:
+        return F.col(f"{self.alias}.v")
+
+
+def _tables(spec: PipelineSpec) -> list[RouteTable]:
+    """The tables the parse fills, each once: a routed entry's route tables, else the entry's table."""
+    tables = spec.route_tables() or [RouteTable(None, spec.table, spec.columns, spec.derived, spec.key, spec.mode)]
+    once: dict[str, RouteTable] = {}
+    for t in tables:  # two route values may name one table (routes.check: with one definition)
+        once.setdefault(t.table, t)
+    return list(once.values())
+
+
+def _readings(tables: list[RouteTable]) -> dict[tuple[str, str], _Reading]:
+    """(table, column) -> the reading the column takes its value from. A column name several tables read from
+    one field is typed once; from another field it is a reading of its own (_c1_NAME, ...)."""
+    by_field: dict[tuple[str, str], _Reading] = {}
+    out = {}
+    for t in tables:
+        for name, c in t.columns.items():
+            path = c.field or name
+            if (name, path) not in by_field:
+                k = sum(1 for n, _ in by_field if n == name)
+                by_field[(name, path)] = _Reading(f"_c_{name}" if k == 0 else f"_c{k}_{name}", name, c)
+            out[(t.table, name)] = by_field[(name, path)]
+    return out
+
+
+def _by_route(values: dict[str, tuple[str, SparkColumn]], tables: list[RouteTable]) -> SparkColumn:
+    """The value of the record's table among `values` (table -> (what the value is, the value)); one value
+    every table shares needs no CASE."""
+    if len(values) == len(tables) and len({what for what, _ in values.values()}) == 1:
+        return next(iter(values.values()))[1]
+    out = F.lit(None)
+    for table, (_, v) in reversed(values.items()):
+        out = F.when(F.col(ROUTE_COLUMN) == table, v).otherwise(out)
+    return out
+
+
+def _projections(spec: PipelineSpec, typed_by_reader: bool = False, with_derived: bool = True) -> _Projections:
+    tables = _tables(spec)
+    reading_of = _readings(tables)
+    readings = list({r.alias: r for r in reading_of.values()}.values())
+    route, changes = spec.route, spec.can_delete
+    position = [SOURCE_POSITION] if spec.format == "debezium" else []
+    fields = sorted({r.path.split(".")[0] for r in readings} | ({route.field.split(".")[0]} if route else set()))
     schema = ", ".join(f"`{f}` string" for f in fields) + f", {CORRUPT} string"
-    text = F.col("value").cast("string")
-    original = F.col("_original") if spec.format == "avro" else F.col("value")  # what a dead letter keeps
-    json_fields = sorted({(c.field or n).split(".")[0] for n, c in spec.columns.items()
-                          if c.column_type.name == "json"})
+    text = F.col(envelope.DOCUMENT) if changes else F.col("value").cast("string")
+    original = F.col("_original") if spec.avro_values else F.col("value")  # what a dead letter keeps
+    json_fields = sorted({r.path.split(".")[0] for r in readings if r.column.column_type.name == "json"})
     exact = [F.from_json(text, "struct<" + ", ".join(f"`{f}`: variant" for f in json_fields) + ">").alias(JSON_EXACT)] \
         if json_fields else []
     parsed = F.col(PARSED)
     json = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    change = envelope.projections(spec) if changes else envelope.Projections((), (), ())
+    carried = [DELETE_COLUMN, envelope.IGNORED, envelope.CHANGE_ERROR, envelope.POSITION_TEXT,
+               envelope.KEY_SOURCE] if changes else []
     # a record the read typed skips from_json, its casts and its checks (CASE evaluates the branch it takes)
     base = (*_coordinates(), F.col("value").alias("_value"), original.alias("_original"),
             (F.when(~parsed, json) if typed_by_reader else json).alias(JSON_TEXT),
-            *exact, *([F.col("_avro_error")] if spec.format == "avro" else []),
+            *exact, *([F.col("_avro_error")] if spec.avro_values else []), *map(F.col, carried),
             *([parsed, *(F.col(PREFIX + name) for name in spec.columns)] if typed_by_reader else []))
 
-    def value(name: str, c: Column) -> SparkColumn:
-        v = _typed(_raw_field(c.field or name), c, c.field or name)
-        return F.when(parsed, F.col(PREFIX + name)).otherwise(v) if typed_by_reader else v
+    def value(r: _Reading) -> SparkColumn:
+        v = _typed(_raw_field(r.path), r.column, r.path)
+        return F.when(parsed, F.col(PREFIX + r.name)).otherwise(v) if typed_by_reader else v
 
+    routing = []
+    if route is not None:
+        raw_route = _raw_field(route.field)
+        target = F.lit(None if route.unmatched == DEAD_LETTERS else route.unmatched).cast("string")
+        for route_value in reversed(route.tables):
+            target = F.when(raw_route == route_value, F.lit(route.target(route_value))).otherwise(target)
+        routing = [raw_route.alias(ROUTE_VALUE), target.alias(ROUTE_COLUMN)]
     # typed once, in a projection of their own, so each cast is computed once
-    typed = ("*", *(F.struct(_raw_field(c.field or name).alias("raw"), value(name, c).alias("v")).alias(f"_c_{name}")
-                    for name, c in spec.columns.items()))
-    error = _first_error(spec)
+    typed = ("*", *(F.struct(_raw_field(r.path).alias("raw"), value(r).alias("v")).alias(r.alias) for r in readings),
+             *routing)
+    error = _first_error(spec, tables, reading_of)
     if typed_by_reader:  # the read checked its rules (json_values.CHECKED); Spark checks the others
         error = F.when(parsed, _first_of(_checks_left_by_the_read(spec))).otherwise(error)
-    checked = ("topic", "partition", "offset", "kafka_timestamp",
-               *[F.col(f"_c_{name}.v").alias(name) for name in spec.columns], error.alias("_error"), "_original")
+    union = {name: {t.table: (reading_of[(t.table, name)].alias, reading_of[(t.table, name)].v)
+                    for t in tables if name in t.columns} for name in spec.all_columns}
+    later = [*([DELETE_COLUMN] if changes else []), *([ROUTE_COLUMN] if route is not None else [])]
+    checked = (*COORDINATES, *[F.col(envelope.POSITION_TEXT).cast(SOURCE_POSITION_TYPE).alias(p) for p in position],
+               *[_by_route(values, tables).alias(name) for name, values in union.items()],
+               error.alias("_error"), "_original", *later)
     valid = F.col("_error").isNull()
-    # a dead letter keeps only its bytes and reason: its typed values (a NUL, say) need not be storable
-    rows = ("topic", "partition", "offset", "kafka_timestamp",
-            *[F.when(valid, F.col(name)).alias(name) for name in spec.columns], "_error", "_original")
-    derived = [F.expr(sql).alias(name) for name, sql in spec.derived.items()]
-    out = ("topic", "partition", "offset", "kafka_timestamp", *spec.columns, *derived, "_error",
-           F.when(~valid, F.col("_original")).alias("_raw"))
-    return _Projections(base, typed, checked, rows, out)
+    keys = envelope.key_columns(spec) if changes else []
+
+    def kept(name: str) -> SparkColumn:
+        """A dead letter keeps only its bytes and reason: its typed values (a NUL, say) need not be storable;
+        a delete keeps only its key, and a routed record only its table's columns."""
+        keep = valid
+        if changes and name not in keys:
+            keep = keep & ~F.col(DELETE_COLUMN)
+        if len(union[name]) < len(tables):
+            keep = keep & F.col(ROUTE_COLUMN).isin(*union[name])
+        return F.when(keep, F.col(name)).alias(name)
+
+    rows = (*COORDINATES, *[F.when(valid, F.col(p)).alias(p) for p in position], *map(kept, union),
+            "_error", "_original", *later)
+    derived = _derived(tables, changes) if with_derived else []
+    out = (*COORDINATES, *position, *union, *derived, "_error", F.when(~valid, F.col("_original")).alias("_raw"),
+           *([(F.col(DELETE_COLUMN) & valid).alias(DELETE_COLUMN)] if changes else []),
+           *([ROUTE_COLUMN] if route is not None else []))
+    return _Projections(change.parsed, change.unwrapped, change.change, base, typed, checked, rows, out)
+
+
+def _derived(tables: list[RouteTable], changes: bool) -> list[SparkColumn]:
+    """Each derived column once, by the record's table when tables differ in it; a delete's are null."""
+    names = dict.fromkeys(name for t in tables for name in t.derived)
+    out = []
+    for name in names:
+        expr = _by_route({t.table: (t.derived[name], F.expr(t.derived[name])) for t in tables if name in t.derived},
+                         tables)
+        out.append((F.when(~F.col(DELETE_COLUMN), expr) if changes else expr).alias(name))
+    return out
 
 
 def _headers(kafka: DataFrame) -> SparkColumn:
@@ -269,19 +380,56 @@ def _typed(raw: SparkColumn, c: Column, path: str) -> SparkColumn:
     return raw.try_cast(t.spark)
 
 
-def _first_error(spec: PipelineSpec) -> SparkColumn:
-    """The first rule a record breaks, in the order a reader checks: the value as a whole, then each column in
-    the entry's order (required, type, storable, min, max, in, pattern, max_length)."""
+def _first_error(spec: PipelineSpec, tables: list[RouteTable],
+                 reading_of: dict[tuple[str, str], _Reading]) -> SparkColumn:
+    """The first rule a record breaks, in the order a reader checks: the value as a whole (its change, its
+    route), then each column of its table in the table's order (required, type, storable, min, max, in,
+    pattern, max_length); a delete checks only its key. An ignored record breaks nothing."""
     value = F.col("_value")
-    checks: list[tuple[SparkColumn, SparkColumn]] = [(value.isNull(), F.lit("empty value"))]
-    if spec.format == "avro":
+    checks: list[tuple[SparkColumn, SparkColumn]] = []
+    if not spec.can_delete:  # a null value of an entry that can delete is a tombstone
+        checks.append((value.isNull(), F.lit("empty value")))
+    if spec.avro_values:
         checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
     checks.append((~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")))
+    if spec.can_delete:
+        checks.append((F.col(envelope.CHANGE_ERROR).isNotNull(), F.col(envelope.CHANGE_ERROR)))
     checks.append((F.col(JSON_TEXT).isNull() | F.col(f"{JSON_TEXT}.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
-    for name, c in spec.columns.items():
-        raw, v = F.col(f"_c_{name}.raw"), F.col(f"_c_{name}.v")
-        checks += _column_checks(name, c, spec.rules(name), raw, v)
-    return _first_of(checks)
+
+    def table_checks(t: RouteTable) -> list[tuple[SparkColumn, SparkColumn]]:
+        out = []
+        for name, c in t.columns.items():
+            r = reading_of[(t.table, name)]
+            out += _column_checks(name, c, t.rules(name), r.raw, r.v)
+        return out
+
+    if spec.route is None:
+        upsert = _first_of(checks + table_checks(tables[0]))
+    else:
+        by_table = F.lit(None).cast("string")
+        for t in reversed(tables):
+            by_table = F.when(F.col(ROUTE_COLUMN) == t.table, _first_of(table_checks(t))).otherwise(by_table)
+        unrouted = F.concat(F.lit(f"no route for {spec.route.field}: "), reasons.shown(F.col(ROUTE_VALUE)))
+        upsert = _first_of([*checks, (F.col(ROUTE_COLUMN).isNull(), unrouted), (F.lit(True), by_table)])
+    if not spec.can_delete:
+        return upsert
+    delete = _first_of(checks + _key_checks(spec, reading_of))
+    return F.when(F.col(envelope.IGNORED), F.lit(None).cast("string")).when(F.col(DELETE_COLUMN), delete) \
+        .otherwise(upsert)
+
+
+def _key_checks(spec: PipelineSpec, reading_of: dict[tuple[str, str], _Reading]) -> list[tuple[SparkColumn,
+                                                                                                 SparkColumn]]:
+    """A delete's checks: each key column is there and of its type, each reason naming where the key came from
+    (`tombstone key has no field id`, `before of op d: id is not a bigint: x`)."""
+    source = F.col(envelope.KEY_SOURCE)
+    out = []
+    for name in envelope.key_columns(spec):
+        r = reading_of[(spec.table, name)]
+        out.append((r.raw.isNull(), F.concat(source, F.lit(f" has no field {r.path}"))))
+        out += [(cond, F.concat(source, F.lit(": "), reason))
+                for cond, reason in _column_checks(name, r.column, (), r.raw, r.v)]
+    return out
 
 
 def _first_of(checks: list[tuple[SparkColumn, SparkColumn]]) -> SparkColumn:
@@ -302,11 +450,6 @@ def _checks_left_by_the_read(spec: PipelineSpec) -> list[tuple[SparkColumn, Spar
     return out
 
 
-def _shown(raw: SparkColumn) -> SparkColumn:
-    """The value as a reason shows it: at most 200 characters, a NUL as U+FFFD (a reason must be storable text)."""
-    return F.coalesce(F.substring(F.translate(raw, NUL, "\ufffd"), 1, 200), F.lit("null"))
-
-
 def _invalid_utf8(value: SparkColumn) -> SparkColumn:
     """Spark's binary-to-string cast replaces invalid bytes; a round trip that changes the bytes shows them."""
     return F.encode(F.decode(value, "UTF-8"), "UTF-8") != value
@@ -316,7 +459,7 @@ def _column_checks(name: str, c: Column, rules: tuple[Rule, ...], raw: SparkColu
                    v: SparkColumn) -> list[tuple[SparkColumn, SparkColumn]]:
     """The column's checks in order: required, its type, what PostgreSQL can store, then its other rules."""
     t = c.column_type
-    shown = _shown(raw)
+    shown = reasons.shown(raw)
     out = [_check(name, c, rule, raw, v) for rule in rules if not rule.on_typed_value]
     if t.name in NUMERIC:
         number = raw.rlike("^-?[0-9]+$") if t.name in ("int", "bigint") else raw.try_cast("double").isNotNull()
@@ -348,7 +491,7 @@ def _check(name: str, c: Column, rule: Rule, raw: SparkColumn, v: SparkColumn) -
     """The condition that breaks the rule, and the dead letter's reason."""
     reason = F.lit(rule.reason(name))
     if rule.shown is Shown.VALUE:
-        reason = F.concat(reason, F.lit(": "), _shown(raw))
+        reason = F.concat(reason, F.lit(": "), reasons.shown(raw))
     elif rule.shown is Shown.LENGTH:
         reason = F.concat(reason, F.lit(": "), F.length(v).cast("string"), F.lit(" characters"))
     return _BROKEN[rule.broken_when](raw, v, c, rule.operand), reason
@@ -373,6 +516,7 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     schema = _json.loads(spec.avro_schema_path.read_text()) if spec.avro_schema else spec.registry_reader_schema
     wire = spec.wire_format
     registry = client_settings(spec.schema_registry.url) if spec.schema_registry is not None else None
+    keys = spec.deletes == TOMBSTONE and registry is not None  # a tombstone's key read by the registry too
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     # a new schema: StructType.add would change the input DataFrame's own
@@ -382,6 +526,6 @@ def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     def decode(batches: Iterator) -> Iterator:
         from streamfill.spark_jobs.pipelines.avro import to_json_batches
 
-        yield from to_json_batches(batches, schema, wire, registry)
+        yield from to_json_batches(batches, schema, wire, registry, keys)
 
     return kafka.mapInArrow(decode, out_schema)

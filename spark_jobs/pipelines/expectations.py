@@ -41,23 +41,27 @@ def extra(spec: PipelineSpec) -> list:
 
 
 def from_rules(spec: PipelineSpec) -> list:
-    """One expectation per column rule, in the entry's order; a business key is unique."""
+    """One expectation per column rule, in the entry's order; a business key is unique. A routed entry's
+    table (spec.table) is its first route table: its columns, rules and key."""
     import great_expectations.expectations as gxe
 
+    routed = next(iter(spec.route_tables()), None)
+    columns, rules_of, key = (routed.columns, routed.rules, routed.key) if routed else (spec.columns, spec.rules,
+                                                                                          spec.key)
     out: list = []
-    for name, c in spec.columns.items():
-        rules = spec.rules(name)
+    for name, c in columns.items():
+        rules = rules_of(name)
         bounds = {r.broken_when: _bound(c, r.operand) for r in rules if r.broken_when in BOUNDS}
         for rule in rules:
             if rule.broken_when is BrokenWhen.ABOVE and BrokenWhen.BELOW in bounds:
                 continue  # one expectation between min and max
             out.append(_expectation(gxe, name, rule, bounds))
-    business = [k for k in spec.key if k not in COORDINATES]
+    business = [k for k in key if k not in COORDINATES]
     if business:
-        columns = ", ".join(f'"{k}"' for k in spec.key)
+        listed = ", ".join(f'"{k}"' for k in key)
         out.append(gxe.UnexpectedRowsExpectation(
-            description=f"key ({', '.join(spec.key)}) is unique",
-            unexpected_rows_query=f"SELECT {columns}, count(*) AS copies FROM {{batch}} GROUP BY {columns} "
+            description=f"key ({', '.join(key)}) is unique",
+            unexpected_rows_query=f"SELECT {listed}, count(*) AS copies FROM {{batch}} GROUP BY {listed} "
                                   "HAVING count(*) > 1"))
     return out
 

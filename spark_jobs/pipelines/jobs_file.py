@@ -93,6 +93,8 @@ def _keys_at(loc: tuple) -> list[str]:
             inner = typing.get_args(inner)[1]
             if parts:
                 parts.pop(0)
+        # an optional setting (route: Route | None) lists the model's keys
+        inner = next((a for a in typing.get_args(inner) if isinstance(a, type) and issubclass(a, BaseModel)), inner)
         if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
             return []
         model = inner

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 
 from streamfill.errors import RegistryError
+from streamfill.spark_jobs.pipelines.debezium import after_record
 
 _clients: dict[tuple, object] = {}
 _writers: dict[tuple[str, int], object] = {}
@@ -85,8 +86,8 @@ def client_settings(subject_url: str | None = None) -> dict[str, str]:
 
 def resolved(spec, conf: Mapping[str, str] | None = None):
     """`spec` ready for a launch: an entry naming a subject instead of columns gets the columns of the subject's
-    latest version, and that schema as its reader schema. `conf`: the registry's client settings (default:
-    client_settings())."""
+    latest version (a Debezium entry: of its `after` record), and that schema as its reader schema. `conf`: the
+    registry's client settings (default: client_settings())."""
     from streamfill.errors import OptionError
 
     if not spec.columns_from_registry:
@@ -95,7 +96,8 @@ def resolved(spec, conf: Mapping[str, str] | None = None):
         spec.schema_registry.url)
     _, version, schema = latest_schema(conf, spec.registry_subject)
     try:
-        columns = columns_of(schema)
+        # a Debezium change event's row is its `after` field; the whole event stays the values' reader schema
+        columns = columns_of(after_record(schema) if spec.format == "debezium" else schema)
         return spec.with_columns(columns, schema)
     except ValueError as exc:
         raise OptionError("schema_registry.subject", spec.registry_subject, f"(version {version}) does not give "

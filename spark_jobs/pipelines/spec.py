@@ -1,134 +1,34 @@
 """One pipeline entry (docs/pipelines.md): a topic, how its values are read, typed columns with rules,
-the target
-table, and the schedules of its DAGs. Validated by pydantic when the jobs file is loaded; every error names the
-field, the value and the fix (the loader adds the file and the job).
+the target table (or the tables a route picks from), whether records delete, and the schedules of its DAGs.
+Validated by pydantic when the jobs file is loaded; every error names the field, the value and the fix (the
+loader adds the file and the job).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
+from streamfill.changes import NO_DELETES, SOURCE_POSITION, TOMBSTONE, DeletesMode
 from streamfill.connectors.kafka.offsets import START_HELP, parse_start
-from streamfill.connectors.postgres.sink_options import APPEND_NEW, SinkMode
-from streamfill.spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, KAFKA_COORDINATES, REPLACE, SinkMode
+from streamfill.spark_jobs.pipelines import debezium, routes
+from streamfill.spark_jobs.pipelines.columns import (COLUMN_NAME, COORDINATES, FIELD_PATH, RESERVED, Column,
+                                                     check_column_names, check_key)
+from streamfill.spark_jobs.pipelines.routes import Route, RouteTable
 from streamfill import durations
 from streamfill.durations import DEFAULT_STOP_GRACE, stop_grace_seconds
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
-from streamfill.rules import Rule, rules_of
+from streamfill.rules import Rule
 
-COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")  # every table has them
+__all__ = ["COLUMN_NAME", "COORDINATES", "FIELD_PATH", "RAW_COLUMNS", "RESERVED", "Column", "Health",
+           "PipelineSpec", "RouteTable", "SchemaRegistry"]
+
 RAW_COLUMNS = ("key", "value", "headers")  # format raw: the record as it came
-RESERVED = (*COORDINATES, "_error", "_raw")
-COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-FIELD_PATH = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*(\.[A-Za-z_$][A-Za-z0-9_$-]*)*")
-
-
-class Column(BaseModel):
-    """A typed column of the table, read from the value's field `field` (default: the column's name)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-    type: str
-    required: bool = False
-    min: Decimal | str | None = None  # numbers for number columns, ISO-8601 text for date and timestamp
-    max: Decimal | str | None = None
-    in_: list[Any] | None = Field(None, alias="in")
-    pattern: str | None = None
-    max_length: StrictInt | None = Field(None, ge=1)
-    field: str | None = None
-
-    _type: ColumnType = PrivateAttr()
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, v: str) -> str:
-        try:
-            parse_type(v)
-        except TypeSyntaxError as exc:
-            raise ValueError(str(exc)) from None
-        return v
-
-    @field_validator("min", "max", mode="before")
-    @classmethod
-    def _bound(cls, v: Any) -> Any:
-        if isinstance(v, (date, datetime)):  # YAML reads 2026-01-01 as a date
-            return v.isoformat()
-        if isinstance(v, bool):
-            raise ValueError(f"{v} is not a bound; give a number, or an ISO-8601 date or time")
-        return v
-
-    @field_validator("field")
-    @classmethod
-    def _path(cls, v: str | None) -> str | None:
-        if v is not None and not FIELD_PATH.fullmatch(v):
-            raise ValueError(f"field {v!r} is not a path into the value; use names joined by dots, e.g. customer.id")
-        return v
-
-    @model_validator(mode="after")
-    def _rules_fit_the_type(self) -> Column:
-        t = parse_type(self.type)
-        self._type = t
-        kind = t.name
-        if (self.min is not None or self.max is not None) and kind not in ORDERED:
-            raise ValueError(f"min/max do not apply to type {t}; use them on int, bigint, double, decimal, date or "
-                             "timestamp columns")
-        limits = {"int": 2**31, "bigint": 2**63}
-        for rule in ("min", "max"):
-            value = getattr(self, rule)
-            if kind in NUMERIC and isinstance(value, str):
-                raise ValueError(f"{rule} {value!r} is not a number, as a {t} column needs")
-            if kind in limits and value is not None and (value != value.to_integral_value()
-                                                         or not -limits[kind] <= value < limits[kind]):
-                raise ValueError(f"{rule} {value} is not a whole number that fits {t}; give one, e.g. {rule}: 0")
-            if kind in ("date", "timestamp") and value is not None and not _iso(str(value)):
-                raise ValueError(f"{rule} {value!r} is not an ISO-8601 {kind}, as a {t} column needs, "
-                                 "e.g. 2026-01-01")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min {self.min} is above max {self.max}; make min at most max")
-        if self.in_ is not None:
-            if kind not in ("string", "int", "bigint", "decimal", "double", "date"):
-                raise ValueError(f"in does not apply to type {t}; use it on string or number columns")
-            if not self.in_:
-                raise ValueError("in lists no value; list the allowed values, e.g. in: [EUR, USD]")
-            if kind in NUMERIC and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.in_):
-                raise ValueError(f"in {self.in_} has values that are not numbers, as a {t} column needs")
-            if kind in ("string", "date") and not all(isinstance(v, str) for v in self.in_):
-                odd = [v for v in self.in_ if not isinstance(v, str)]
-                raise ValueError(f"in {self.in_} has values that are not text ({odd}; YAML reads no, on, yes and "
-                                 "dates as other types); quote them, e.g. in: [\"NO\", \"ON\"]")
-        if self.pattern is not None:
-            if kind != "string":
-                raise ValueError(f"pattern does not apply to type {t}; use it on string columns")
-            try:
-                re.compile(self.pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {self.pattern!r} is not a regular expression ({exc})") from None
-        if self.max_length is not None and kind != "string":
-            raise ValueError(f"max_length does not apply to type {t}; use it on string columns")
-        return self
-
-    @property
-    def column_type(self) -> ColumnType:
-        return self._type
-
-    def rules(self, key: bool = False) -> tuple[Rule, ...]:
-        """The column's rules in the order they are checked (streamfill.rules); a key column is always required."""
-        return rules_of({**self.model_dump(by_alias=True), "required": self.required or key})
-
-
-def _iso(text: str) -> bool:
-    try:
-        datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
 
 
 class Health(BaseModel):
@@ -140,9 +40,9 @@ class Health(BaseModel):
 
 
 class SchemaRegistry(BaseModel):
-    """`schema_registry:` of an Avro entry in Confluent's wire format: each value's schema id gives its writer's
-    schema. Credentials never go here: they come from the connection streamfill_schema_registry or the
-    STREAMFILL_SCHEMA_REGISTRY_* settings."""
+    """`schema_registry:` of an Avro entry (or an Avro Debezium one) in Confluent's wire format: each value's
+    schema id gives its writer's schema. Credentials never go here: they come from the connection
+    streamfill_schema_registry or the STREAMFILL_SCHEMA_REGISTRY_* settings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -159,15 +59,19 @@ class PipelineSpec(BaseModel):
     topic: str | None = Field(None, min_length=1)
     topics: list[str] | None = Field(None, min_length=1)
     topic_pattern: str | None = Field(None, min_length=1)
-    format: Literal["json", "avro", "raw"] = "json"
+    format: Literal["json", "avro", "raw", "debezium"] = "json"
     avro_schema: str | None = None
     avro_wire_format: Literal["plain", "confluent"] = "plain"  # confluent: magic byte and schema id first
     schema_registry: SchemaRegistry | None = None
     columns: dict[str, Column] = Field(default_factory=dict)
     derived: dict[str, str] = Field(default_factory=dict)
-    table: str = Field(min_length=1)
-    key: list[str] = Field(default_factory=lambda: ["topic", "partition", "offset"], min_length=1)
-    mode: SinkMode = APPEND_NEW
+    table: str = Field(min_length=1)  # a routed entry's is its first route table
+    key: list[str] = Field(default_factory=lambda: list(KAFKA_COORDINATES), min_length=1)
+    mode: SinkMode = APPEND_NEW  # format debezium's default is replace
+    deletes: DeletesMode = NO_DELETES  # tombstone: a null value deletes the row of its Kafka key
+    # format debezium: the path into the change event of its position in the source's log, or none
+    position: str | None = None
+    route: Route | None = None
     dead_letters: bool = True
     quality: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
     trigger: str = "10s"
@@ -188,6 +92,28 @@ class PipelineSpec(BaseModel):
 
     _folder: Path | None = PrivateAttr(None)  # the jobs file's folder: avro_schema is relative to it
     _registry_reader: dict | None = PrivateAttr(None)  # the subject's schema its columns came from (a launch's)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied(cls, data: Any) -> Any:
+        """What an entry implies without saying it: a Debezium entry applies changes (mode replace), and a
+        routed entry's table is its first route table."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("format") == "debezium" and "mode" not in data:
+            data["mode"] = REPLACE
+        route = data.get("route")
+        if isinstance(route, dict) and isinstance(route.get("tables"), dict) and route["tables"]:
+            first = next(iter(route["tables"].values()))
+            first = first.get("table") if isinstance(first, dict) else first  # an object, or the table's name
+            if not isinstance(first, str):
+                return data  # the route's own validation names what is wrong with it
+            if "table" in data and data["table"] != first:
+                raise ValueError(f"table {data['table']!r} beside route: a routed entry writes the tables under "
+                                 f"route.tables; remove table: (its table is the first of them, {first})")
+            data.setdefault("table", first)
+        return data
 
     @field_validator("name")
     @classmethod
@@ -249,13 +175,16 @@ class PipelineSpec(BaseModel):
     @field_validator("columns")
     @classmethod
     def _column_names(cls, v: dict[str, Column]) -> dict[str, Column]:
-        for name in v:
-            if not COLUMN_NAME.fullmatch(name):
-                raise ValueError(f"column name {name!r} is not valid; use letters, digits and _ (at most 63), "
-                                 "starting with a letter or _")
-            if name in RESERVED:
-                raise ValueError(f"column name {name!r} is taken by the platform ({', '.join(RESERVED)}); "
-                                 f"name it otherwise and read it with field: {name}")
+        check_column_names(v)
+        return v
+
+    @field_validator("position")
+    @classmethod
+    def _position(cls, v: str | None) -> str | None:
+        if v is not None and v != debezium.NO_POSITION and not FIELD_PATH.fullmatch(v):
+            raise ValueError(f"position {v!r} is not a path into the change event; use names joined by dots, e.g. "
+                             f"position: {debezium.DEFAULT_POSITION} (PostgreSQL) or source.scn (Oracle), or "
+                             f"position: {debezium.NO_POSITION}")
         return v
 
     @field_validator("quality")
@@ -277,12 +206,13 @@ class PipelineSpec(BaseModel):
             if self.columns or self.derived:
                 raise ValueError("format raw keeps key, value and headers as they are: remove columns and derived, "
                                  "or use format json or avro")
-        elif not self.columns and self.schema_registry is None:
+        elif not self.columns and self.schema_registry is None and self.route is None:
             raise ValueError(f"format {self.format} needs columns: the value's fields, each with a type, e.g. "
                              "columns: {payment_id: {type: string, required: true}}")
         if self.schema_registry is not None:
-            if self.format != "avro":
-                raise ValueError("schema_registry is for Avro values in Confluent's wire format; set format: avro")
+            if self.format not in ("avro", "debezium"):
+                raise ValueError("schema_registry is for Avro values in Confluent's wire format; set format: avro "
+                                 "(or format: debezium for Avro change events)")
             if "avro_wire_format" in self.model_fields_set and self.avro_wire_format != "confluent":
                 raise ValueError("schema_registry reads Confluent's wire format (magic byte and schema id); remove "
                                  "avro_wire_format: plain")
@@ -294,32 +224,109 @@ class PipelineSpec(BaseModel):
                              "schema_registry (the writer's schema of each value by its id)")
         if self.format != "avro" and self.avro_schema:
             raise ValueError(f"avro_schema is only for format avro, not {self.format}; remove it or set format: avro")
-        clash = sorted(set(self.derived) & (set(self.columns) | set(RESERVED) | set(RAW_COLUMNS)))
+        taken = {*self.columns, *RESERVED, *RAW_COLUMNS, *([SOURCE_POSITION] if self.format == "debezium" else [])}
+        clash = sorted(set(self.derived) & taken)
         if clash:
             raise ValueError(f"derived column(s) {', '.join(clash)} already exist; give them other names")
         for name in self.derived:
             if not COLUMN_NAME.fullmatch(name):
                 raise ValueError(f"derived column name {name!r} is not valid; use letters, digits and _")
-        known = self.table_columns()
-        missing = [k for k in self.key if k not in known]
-        if self.columns_from_registry:
-            missing = []  # checked again once the subject's schema gives the columns (with_columns)
-        if missing:
-            raise ValueError(f"key column(s) {', '.join(missing)} are not columns of the table (columns: "
-                             f"{', '.join(known)}); name declared columns, e.g. "
-                             f"key: [{next(iter(self.columns), 'id')}]")
-        if len(set(self.key)) != len(self.key):
-            raise ValueError(f"key {self.key} names a column twice")
+        self._check_changes()
+        if self.route is not None:
+            self._check_route()
+            return self
+        # an entry taking its columns from a registry subject is checked once the subject gives them (with_columns)
+        check_key(self.key, self.key if self.columns_from_registry else self.table_columns(), "the table",
+                  self.columns)
         return self
+
+    def _check_changes(self) -> None:
+        """Deletes and Debezium's change events upsert and delete rows by a key that names them."""
+        business_key = any(k not in COORDINATES for k in self.key)
+        example = f"key: [{next(iter(self.columns), 'id')}]"
+        if self.position is not None and self.format != "debezium":
+            raise ValueError(f"position {self.position!r} is the place of a Debezium change event in its source's "
+                             "log and applies to format debezium only; remove it or set format: debezium")
+        if self.format == "debezium":
+            if self.mode != REPLACE:
+                raise ValueError(f"mode {self.mode} keeps a key's first version, and format debezium applies each "
+                                 "change to its row; remove mode (format debezium's default is replace)")
+            if not business_key:
+                raise ValueError(f"format debezium needs key: the source table's primary key columns, which its "
+                                 f"changes name rows by (key is {self.key}); e.g. {example}")
+        if self.deletes == TOMBSTONE:
+            if self.format == "raw":
+                raise ValueError("deletes: tombstone reads a tombstone's key into the key columns, and format raw "
+                                 "has none; use format json, avro or debezium, or remove deletes")
+            if self.mode != REPLACE:
+                raise ValueError(f"deletes: tombstone removes rows, which mode {self.mode} never does; set "
+                                 "mode: replace")
+            if not business_key:
+                raise ValueError(f"deletes: tombstone needs a business key: the columns its Kafka key names a row "
+                                 f"by (key is {self.key}, which no tombstone carries); e.g. {example}")
+
+    def _check_route(self) -> None:
+        """A routed entry reads its table from the value: json or avro records that never delete."""
+        if self.format not in ("json", "avro"):
+            raise ValueError(f"route reads each record's table from its value, for format json or avro, not "
+                             f"{self.format}; remove route, or give the other tables entries of their own")
+        if self.deletes != NO_DELETES:
+            raise ValueError("route and deletes: tombstone do not go together: a tombstone has no value to route "
+                             "by; remove deletes, or give the deletes an entry of their own")
+        routes.check(self.route, self.route_tables(), entry_columns_pending=self.columns_from_registry)
 
     def rules(self, column: str) -> tuple[Rule, ...]:
         """The rules of one column, required if it is part of the key."""
         return self.columns[column].rules(key=column in self.key)
 
     def table_columns(self) -> list[str]:
-        """Every column of the target table, in order."""
-        own = list(RAW_COLUMNS) if self.format == "raw" else [*self.columns, *self.derived]
-        return [*COORDINATES, *own]
+        """Every column the parse gives the sink before its own, in order: Kafka's coordinates, a Debezium
+        event's position, the columns (every route table's once), the derived columns."""
+        if self.format == "raw":
+            return [*COORDINATES, *RAW_COLUMNS]
+        position = [SOURCE_POSITION] if self.format == "debezium" else []
+        return [*COORDINATES, *position, *self.all_columns, *self.all_derived]
+
+    @property
+    def windowed(self) -> bool:
+        """The entry has an interval DAG and a place on the replay form: each writes one topic's window into one
+        table, so a routed entry (several tables) has neither."""
+        return self.topic is not None and self.route is None
+
+    @property
+    def all_columns(self) -> dict[str, Column]:
+        """The columns the parse gives: the entry's, or each route table's once (a name has one type across the
+        tables; the first table's column stands for it)."""
+        return self.columns if self.route is None else routes.union_columns(self.route_tables())
+
+    @property
+    def all_derived(self) -> list[str]:
+        """The names of the derived columns the parse gives: the entry's, or each route table's once."""
+        return list(self.derived) if self.route is None else routes.union_derived(self.route_tables())
+
+    def route_tables(self) -> list[RouteTable]:
+        """The tables a routed entry writes, each with the value that picks it; empty when it is not routed."""
+        if self.route is None:
+            return []
+        return routes.tables_of(self.route, routes.EntryDefaults(self.columns, self.derived, self.key, self.mode))
+
+    @property
+    def can_delete(self) -> bool:
+        """Records may delete rows, so the parse gives `_delete`: tombstones, or Debezium's change events."""
+        return self.deletes == TOMBSTONE or self.format == "debezium"
+
+    @property
+    def position_path(self) -> str | None:
+        """The path of a Debezium event's position in its source's log; None without one."""
+        if self.format != "debezium":
+            return None
+        path = self.position or debezium.DEFAULT_POSITION
+        return None if path == debezium.NO_POSITION else path
+
+    @property
+    def avro_values(self) -> bool:
+        """The values are Avro, decoded to JSON text before their columns are read."""
+        return self.format == "avro" or (self.format == "debezium" and self.schema_registry is not None)
 
     @property
     def columns_from_registry(self) -> bool:

@@ -1,0 +1,308 @@
+"""The parse of entries for tables that follow their topics (issue 46), over real Spark: tombstones as deletes,
+Debezium's change events (JSON with and without Kafka Connect's wrapper, and Avro through the stack's schema
+registry), and one topic routed into several tables. Each test builds Kafka-shaped rows without a broker (the
+typed read's test goes through the broker) and asserts what the sink is given: the rows, `_delete`, `_route`,
+`source_position` and the dead letters' reasons a user reads."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+from decimal import Decimal
+
+import fastavro
+import pytest
+
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
+from streamfill.spark_jobs.pipelines import PipelineSpec, registry
+from streamfill.spark_jobs.pipelines.compile import parse, reader_options
+from tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+KAFKA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+
+
+def _bytes(x) -> bytes | None:
+    if x is None or isinstance(x, bytes):
+        return x
+    return (x if isinstance(x, str) else json.dumps(x)).encode()
+
+
+def parsed(spark, spec: PipelineSpec, records: list[tuple]) -> list[dict]:
+    """The parse of (key, value) records at offsets 0, 1, ...: each row as a dict, in offset order."""
+    rows = [(_bytes(k), _bytes(v), "t", 0, i, datetime(2026, 1, 1), 0) for i, (k, v) in enumerate(records)]
+    out = parse(spark.createDataFrame(rows, KAFKA), spec)
+    return [r.asDict() for r in out.orderBy("offset").collect()]
+
+
+def pick(rows: list[dict], *columns: str) -> list[tuple]:
+    return [tuple(r[c] for c in columns) for r in rows]
+
+
+CUSTOMERS = PipelineSpec(name="customers", topic="customers", table="customers", key=["id"], mode="replace",
+                         deletes="tombstone", columns={"id": {"type": "bigint"},
+                                                      "name": {"type": "string", "required": True, "max_length": 5}})
+
+
+def test_a_tombstone_deletes_the_row_its_kafka_key_names_and_an_unreadable_key_is_a_dead_letter(spark):
+    rows = parsed(spark, CUSTOMERS, [
+        ({"id": 1}, {"id": 1, "name": "ann"}),
+        ({"id": 1}, None),  # a JSON object key: the key column reads its field
+        ("2", None),  # one key column, a key that is no JSON object: the key's text
+        (None, None),
+        ({"x": 1}, None),
+        ("abc", None),
+        (b"\xff\xfe", None),
+        ({"id": 3}, {"id": 3}),  # a value is checked by every rule, as ever
+        ({"id": 4}, {"id": 4, "name": "toolong"}),
+    ])
+    assert list(rows[0]) == ["topic", "partition", "offset", "kafka_timestamp", "id", "name", "_error", "_raw",
+                             DELETE_COLUMN]
+    assert pick(rows, "id", "name", DELETE_COLUMN, "_error") == [
+        (1, "ann", False, None),
+        (1, None, True, None),
+        (2, None, True, None),
+        (None, None, False, "tombstone has no key"),
+        (None, None, False, "tombstone key has no field id"),
+        (None, None, False, "tombstone key: id is not a bigint: abc"),
+        (None, None, False, "tombstone key is not valid UTF-8"),
+        (None, None, False, "missing field name (required)"),
+        (None, None, False, "name longer than max_length 5: 7 characters"),
+    ]
+    assert [r["_raw"] for r in rows[3:7]] == [None] * 4  # a tombstone's dead letter has no value to keep
+
+
+def test_a_tombstone_key_of_several_columns_or_at_a_path_is_read_like_the_value(spark):
+    regional = PipelineSpec(name="r", topic="r", table="r", key=["region", "id"], mode="replace", deletes="tombstone",
+                            columns={"region": {"type": "string"}, "id": {"type": "bigint"}})
+    assert pick(parsed(spark, regional, [({"region": "eu", "id": 7}, None), ("7", None),
+                                         ({"region": "eu", "id": "x"}, None)]),
+                "region", "id", DELETE_COLUMN, "_error") == [
+        ("eu", 7, True, None),
+        (None, None, False, "tombstone key is not a JSON object, as a key of 2 columns needs: 7"),
+        (None, None, False, "tombstone key: id is not a bigint: x")]
+    nested = PipelineSpec(name="n", topic="n", table="n", key=["topic", "cust"], mode="replace", deletes="tombstone",
+                          columns={"cust": {"type": "bigint", "field": "customer.id"}, "note": {"type": "string"}})
+    assert pick(parsed(spark, nested, [({"customer": {"id": 5}}, None), ("6", None),
+                                       ({"customer": {"id": 8}}, {"customer": {"id": 8}, "note": "n"})]),
+                "topic", "cust", "note", DELETE_COLUMN, "_error") == [
+        ("t", 5, None, True, None), ("t", 6, None, True, None), ("t", 8, "n", False, None)]
+
+
+def test_tombstones_through_the_typed_read_give_the_rows_of_sparks_own_parse(spark, bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, partitions=1)
+    produce(bootstrap, topic_name, [{"key": _bytes(k), "value": _bytes(v)} for k, v in [
+        ({"id": 1}, {"id": 1, "name": "ann"}), ({"id": 1}, None), ("2", None), (None, None),
+        ({"id": 3}, {"id": "x", "name": "bo"}), ({"id": 4}, {"id": 4, "name": "cy"})]])
+    spec = CUSTOMERS.model_copy(update={"topic": topic_name})
+    assert reader_options(spec)  # the read types the values it can; tombstones are Spark's
+
+    def read(options: dict) -> list[tuple]:
+        kafka = (spark.read.format("streamfill_kafka").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic_name).options(**options).load())
+        return [tuple(r) for r in parse(kafka, spec).drop("kafka_timestamp").orderBy("offset").collect()]
+
+    typed = read(reader_options(spec))
+    assert typed == read({})
+    assert [row[3:] for row in typed] == [
+        (1, "ann", None, None, False), (1, None, None, None, True), (2, None, None, None, True),
+        (None, None, "tombstone has no key", None, False),
+        (None, None, "id is not a bigint: x", b'{"id": "x", "name": "bo"}', False), (4, "cy", None, None, False)]
+
+
+INVENTORY = PipelineSpec(name="inventory", topic="pg.public.inventory", table="inventory", format="debezium",
+                         key=["id"], columns={"id": {"type": "bigint"}, "sku": {"type": "string", "required": True},
+                                              "count": {"type": "int", "min": 0}})
+
+
+def event(op: str, before: dict | None, after: dict | None, lsn: object = 100, **source) -> dict:
+    return {"before": before, "after": after, "op": op, "source": {"lsn": lsn, **source}, "ts_ms": 1767225600000}
+
+
+def wrapped(payload: dict | None) -> dict:
+    """Kafka Connect's JsonConverter with schemas.enable: the schema beside the payload."""
+    return {"schema": {"type": "struct", "name": "pg.public.inventory.Envelope"}, "payload": payload}
+
+
+def test_debezium_events_upsert_after_delete_before_and_order_by_their_position(spark):
+    rows = parsed(spark, INVENTORY, [
+        ({"id": 1}, event("r", None, {"id": 1, "sku": "a", "count": 5}, 10)),  # a snapshot's row
+        ({"id": 1}, event("u", {"id": 1}, {"id": 1, "sku": "a", "count": 4}, "200")),  # a digit string
+        ({"id": 2}, wrapped(event("c", None, {"id": 2, "sku": "b", "count": 1}, 300))),
+        ({"id": 1}, event("d", {"id": 1, "sku": "a", "count": 4}, None, 400)),  # only before's key is read
+        ({"id": 1}, None),  # Debezium's tombstone after a delete: ignored by default
+        ({"id": 2}, event("d", {"id": 2, "sku": "\u0000", "count": -1}, None, 12345678901234567890123456789)),
+    ])
+    assert list(rows[0])[:6] == ["topic", "partition", "offset", "kafka_timestamp", SOURCE_POSITION, "id"]
+    assert list(rows[0])[-3:] == ["_error", "_raw", DELETE_COLUMN]
+    assert pick(rows, SOURCE_POSITION, "id", "sku", "count", DELETE_COLUMN, "_error") == [
+        (Decimal(10), 1, "a", 5, False, None),
+        (Decimal(200), 1, "a", 4, False, None),
+        (Decimal(300), 2, "b", 1, False, None),
+        (Decimal(400), 1, None, None, True, None),
+        (None, None, None, None, True, None),  # counted as consumed, nothing written: a delete of no key
+        (Decimal("12345678901234567890123456789"), 2, None, None, True, None),
+    ]
+
+
+def test_a_debezium_event_that_cannot_be_applied_is_a_dead_letter_with_its_reason(spark):
+    rows = parsed(spark, INVENTORY, [
+        (None, event("t", None, None)),
+        (None, {"before": None, "after": {"id": 1, "sku": "a"}}),
+        (None, "not json"),
+        (None, event("u", {"id": 1}, None)),
+        (None, event("d", None, None)),
+        (None, event("d", {"sku": "a"}, None)),
+        (None, event("d", {"id": "one"}, None)),
+        (None, event("c", None, {"id": 1, "sku": "a"}, 1.5)),
+        (None, event("c", None, {"id": 1, "sku": "a"}, "0x1F")),
+        (None, {k: v for k, v in event("c", None, {"id": 1, "sku": "a"}).items() if k != "source"}),
+        (None, event("c", None, {"id": 1, "sku": "a", "count": -2})),  # after is checked by every rule
+        (None, event("c", None, {"id": 1})),
+        (None, wrapped(None)),
+    ])
+    assert pick(rows, "_error") == [
+        ("unknown Debezium op t; streamfill applies c, r, u, d",),
+        ("not a Debezium change event: it has no op",),
+        ("invalid JSON",),
+        ("op u has no after",),
+        ("op d has no before: the row to delete is unknown",),
+        ("before of op d has no field id",),
+        ("before of op d: id is not a bigint: one",),
+        ("source.lsn is not a position (a whole number of at most 38 digits): 1.5",),
+        ("source.lsn is not a position (a whole number of at most 38 digits): 0x1F",),
+        ("the change event has no source.lsn; set position: to the field that orders the connector's changes, or "
+         "position: none",),
+        ("count below min 0: -2",),
+        ("missing field sku (required)",),
+        ("not a Debezium change event: it has no op",),
+    ]
+    assert all(r[DELETE_COLUMN] is False and r[SOURCE_POSITION] is None and r["_raw"] for r in rows)
+
+
+def test_a_debezium_entry_with_tombstones_deletes_by_the_kafka_key_and_reads_another_position(spark):
+    spec = INVENTORY.model_copy(update={"deletes": "tombstone", "position": "source.scn"})
+    rows = parsed(spark, spec, [
+        ({"id": 1}, event("c", None, {"id": 1, "sku": "a"}, scn="77")),
+        (wrapped({"id": 1}), None),  # the key wrapped like the value
+        ({"id": 1}, None),
+        ("1", None),
+        (None, None),
+        ({"id": 2}, event("c", None, {"id": 2, "sku": "b"})),
+    ])
+    assert pick(rows, SOURCE_POSITION, "id", "sku", DELETE_COLUMN, "_error") == [
+        (Decimal(77), 1, "a", False, None),
+        (None, 1, None, True, None),
+        (None, 1, None, True, None),
+        (None, 1, None, True, None),
+        (None, None, None, False, "tombstone has no key"),
+        (None, None, None, False, "the change event has no source.scn; set position: to the field that orders the "
+                                  "connector's changes, or position: none"),
+    ]
+    unordered = INVENTORY.model_copy(update={"position": "none"})
+    assert pick(parsed(spark, unordered, [(None, event("c", None, {"id": 3, "sku": "c"}, "bad"))]),
+                SOURCE_POSITION, "id", "_error") == [(None, 3, None)]
+
+
+EVENTS = PipelineSpec.model_validate({
+    "name": "events", "topic": "events", "key": ["event_id"], "mode": "replace",
+    "columns": {"event_id": {"type": "string", "required": True}, "amount": {"type": "decimal(12,2)", "min": 0},
+                "note": {"type": "string"}},
+    "derived": {"cents": "amount * 100"},
+    "route": {"field": "event_type", "tables": {
+        "order": "orders",
+        "refund": {"table": "sales.refunds", "key": ["refund_id"], "mode": "append-new",
+                   "columns": {"refund_id": {"type": "bigint", "required": True},
+                               "amount": {"type": "decimal(12,2)", "field": "refund.amount", "max": 100}},
+                   "derived": {"negative": "-amount"}},
+        "7": "orders"}}})
+
+
+def test_a_routed_topic_fills_each_table_with_its_columns_and_checks_its_rules_only(spark):
+    rows = parsed(spark, EVENTS, [
+        (None, {"event_type": "order", "event_id": "e1", "amount": 5, "note": "n", "refund": {"amount": 9}}),
+        (None, {"event_type": "refund", "refund_id": 3, "refund": {"amount": 9}, "amount": -1, "note": "n"}),
+        (None, {"event_type": 7, "event_id": "e2", "amount": 1}),  # a number as the route's value
+        (None, {"event_type": "refund", "refund_id": 4, "refund": {"amount": 101}}),
+        (None, {"event_type": "order", "amount": 1}),
+        (None, {"event_type": "order", "event_id": "e3", "amount": -1}),
+        (None, {"event_type": "refund", "event_id": "e4"}),  # the entry's required event_id is not refunds'
+        (None, {"event_type": "shipment", "event_id": "e5"}),
+        (None, {"event_id": "e6"}),
+        (None, "[1"),
+    ])
+    assert list(rows[0]) == ["topic", "partition", "offset", "kafka_timestamp", "event_id", "amount", "note",
+                             "refund_id", "cents", "negative", "_error", "_raw", ROUTE_COLUMN]
+    assert pick(rows, ROUTE_COLUMN, "event_id", "amount", "note", "refund_id", "cents", "negative", "_error") == [
+        ("orders", "e1", Decimal("5.00"), "n", None, Decimal("500.00"), None, None),
+        ("sales.refunds", None, Decimal("9.00"), None, 3, None, Decimal("-9.00"), None),
+        ("orders", "e2", Decimal("1.00"), None, None, Decimal("100.00"), None, None),
+        ("sales.refunds", None, None, None, None, None, None, "amount above max 100: 101"),
+        ("orders", None, None, None, None, None, None, "missing field event_id (required)"),
+        ("orders", None, None, None, None, None, None, "amount below min 0: -1"),
+        ("sales.refunds", None, None, None, None, None, None, "missing field refund_id (required)"),
+        (None, None, None, None, None, None, None, "no route for event_type: shipment"),
+        (None, None, None, None, None, None, None, "no route for event_type: null"),
+        (None, None, None, None, None, None, None, "invalid JSON"),
+    ]
+
+
+def test_unmatched_records_go_to_the_table_the_route_names(spark):
+    spec = EVENTS.model_copy(update={"route": EVENTS.route.model_copy(update={"unmatched": "other_events"})})
+    assert [t.table for t in spec.route_tables()][-1] == "other_events"
+    rows = parsed(spark, spec, [(None, {"event_type": "shipment", "event_id": "e5", "note": "x"}),
+                                (None, {"event_id": "e6", "amount": -3})])
+    assert pick(rows, ROUTE_COLUMN, "event_id", "note", "refund_id", "cents", "_error") == [
+        ("other_events", "e5", "x", None, None, None),
+        ("other_events", None, None, None, None, "amount below min 0: -3")]
+
+
+AVRO_ROW = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"},
+                                                          {"name": "sku", "type": ["null", "string"], "default": None}]}
+AVRO_EVENT = {"type": "record", "name": "Envelope", "namespace": "pg.public.stock", "fields": [
+    {"name": "before", "type": ["null", AVRO_ROW], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
+        {"name": "lsn", "type": ["null", "long"], "default": None}]}},
+    {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+AVRO_KEY = {"type": "record", "name": "Key", "namespace": "pg.public.stock", "fields": [{"name": "id", "type": "int"}]}
+
+
+def wire(schema_id: int, schema: dict, datum: dict) -> bytes:
+    """Confluent's wire format: a zero byte, the schema id (4 bytes, big-endian), the Avro datum."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), datum)
+    return b"\0" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+@pytest.mark.xdist_group("schema_registry")
+def test_avro_debezium_events_through_the_registry_take_their_columns_from_after(spark, stack_settings, topic_name):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient(stack_settings.schema_registry())
+    value_id = client.register_schema(f"{topic_name}-value", Schema(json.dumps(AVRO_EVENT), "AVRO"))
+    key_id = client.register_schema(f"{topic_name}-key", Schema(json.dumps(AVRO_KEY), "AVRO"))
+    entry = PipelineSpec(name=topic_name, topic=topic_name, table=topic_name, format="debezium", schema_registry={},
+                         key=["id"], deletes="tombstone")
+    spec = registry.resolved(entry, stack_settings.schema_registry())
+    assert {n: (str(c.column_type), c.required) for n, c in spec.columns.items()} == {
+        "id": ("int", True), "sku": ("string", False)}
+
+    def change(op: str, before: dict | None, after: dict | None, lsn: int) -> bytes:
+        return wire(value_id, AVRO_EVENT, {"before": before, "after": after, "source": {"lsn": lsn}, "op": op,
+                                           "ts_ms": None})
+
+    rows = parsed(spark, spec, [
+        (wire(key_id, AVRO_KEY, {"id": 1}), change("r", None, {"id": 1, "sku": "a"}, 5)),
+        (wire(key_id, AVRO_KEY, {"id": 1}), change("u", {"id": 1, "sku": "a"}, {"id": 1, "sku": None}, 9)),
+        (wire(key_id, AVRO_KEY, {"id": 1}), change("d", {"id": 1, "sku": None}, None, 12)),
+        (wire(key_id, AVRO_KEY, {"id": 1}), None),  # the key decoded by its schema id
+        (None, b"not avro"),
+    ])
+    assert pick(rows, SOURCE_POSITION, "id", "sku", DELETE_COLUMN) == [
+        (Decimal(5), 1, "a", False), (Decimal(9), 1, None, False), (Decimal(12), 1, None, True),
+        (None, 1, None, True), (None, None, None, False)]
+    assert (rows[4]["_error"], rows[4]["_raw"]) == (
+        "value is not in Confluent's wire format (no zero magic byte and schema id)", b"not avro")
