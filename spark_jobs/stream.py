@@ -4,11 +4,16 @@ Postgres in one exactly-once batch commit.
 Stopping: SIGTERM (or Ctrl-C) to the driver's Python process lets the batch in flight finish, then stops the
 query between batches. The job resumes where offsets_db says it stands, with or without its checkpoint.
 
+While it runs, the stream follows its entry (`entry_watch`): a new optional column, a safely widened type or a
+column's rules apply between two batches without a restart; a change of what rows are or where they go stops it,
+naming the fix; the rest applies at the next launch (`entry_changes`).
+
     spark-submit spark_jobs/stream.py --job orders --topic orders --table orders_events --trigger 5s
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import signal
@@ -21,6 +26,8 @@ from pathlib import Path
 
 from streamfill.connectors.kafka.offsets import parse_start, start_option
 from streamfill.offsets_db.store import OffsetStore
+from streamfill.spark_jobs.entry_watch import EntryWatch
+from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.spark_jobs.runs import (
     NamesAnEntry,
     console,
@@ -207,7 +214,7 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
 
     Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
     takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
-    the query has stopped. The table is created or given new columns only under that hold."""
+    the query has stopped. The table is created, given new columns or widened only under that hold."""
     exporters()  # OTEL_METRICS_EXPORTER checked before anything is recorded
     check_access(args, kafka)
     query_plan(spark, args, kafka, url, change=False)
@@ -225,7 +232,10 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
               on_batch: Callable[[dict], None] | None, store: OffsetStore, summary: StreamSummary,
               metrics: JobMetrics | None) -> None:
     """The launch once checked: it takes the job, runs the query until it ends or `stop`, then fills the
-    summary's totals."""
+    summary's totals. Meanwhile it follows its entry (`entry_watch`): a change it follows stops the query between
+    batches, changes the table under the launch's hold and starts the query again from the same checkpoint, so the
+    next batch starts where the last committed one ended; a change it refuses stops it between batches and fails the
+    launch, nothing of the new entry written."""
     from pyspark.errors import StreamingQueryException
 
     with store.hold(args.job, wait_s=wait_seconds(args.wait_for_job), wait_hint="--wait-for-job 10m",
@@ -233,7 +243,10 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
             recorded_run(store, args.job, spark.sparkContext.applicationId, lease,
                          _lineage(args, kafka, url)) as run_row:
         first_batch = store.last_batch_id(args.job)
-        query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
+        running = args  # what the query runs: the launch's arguments, with the entry changes followed since
+        query = start(spark, running, kafka, url, query_plan(spark, running, kafka, url, lease.generation))
+        watch = EntryWatch(args.job, args.pipeline, args.table, args.entry, args.spec,
+                           say=lambda message: console.print(message, highlight=False, markup=False))
         seen, newest, set_aside = -1, None, None
 
         def report() -> None:
@@ -254,12 +267,17 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                         on_batch(progress)
 
         while True:
+            changes = None
             try:
                 while query.isActive:
                     report()
                     if stop.is_set():
                         _stop_between_batches(query, args.grace_s)
                         run_row.status = summary.status = "stopped"
+                        break
+                    changes = watch.check()
+                    if changes is not None:
+                        _stop_between_batches(query, args.grace_s)
                         break
                     try:
                         query.awaitTermination(0.5)
@@ -270,6 +288,16 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                 raise
             report()
             failure = query.exception()
+            if failure is None and changes is not None:
+                if changes.refused:
+                    raise changes.error()
+                running = _running(args, changes.spec)
+                plan = query_plan(spark, running, kafka, url, lease.generation)  # the table changes here
+                watch.adopt(changes.spec)
+                console.print(f"stream {args.job}: its entry changed ({'; '.join(changes.followed)}); applied "
+                              "between two batches, without a restart", highlight=False)
+                query = start(spark, running, kafka, url, plan)
+                continue
             refused = _refused_checkpoint(failure) if set_aside is None else None
             if refused is None:
                 break
@@ -278,10 +306,18 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
             set_aside = _set_aside(spark, args.checkpoint, refused)
             console.print(f"stream {args.job}: its checkpoint disagreed with offsets_db; set aside as {set_aside}, "
                           "resuming where offsets_db says", highlight=False)
-            query = start(spark, args, kafka, url, query_plan(spark, args, kafka, url, lease.generation))
+            query = start(spark, running, kafka, url, query_plan(spark, running, kafka, url, lease.generation))
         if failure is not None:
             raise StreamfillError(f"stream {args.job!r} failed: {_described(failure)}") from None
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
+
+
+def _running(args: StreamArgs, spec: PipelineSpec) -> StreamArgs:
+    """`args` running `spec` (`args.spec`), the entry a running stream follows. `args.entry` stays the entry the
+    launch read, so what the stream does not follow (its start, its stop grace) stays as it was."""
+    following = copy.copy(args)
+    following.__dict__["spec"] = spec  # the cached_property's value: set, where reading it would read the file
+    return following
 
 
 REFUSED_CHECKPOINT = tuple(f"{cls.__module__}.{cls.__name__}" for cls in (CheckpointMismatch, ForeignCheckpoint))
