@@ -7,6 +7,8 @@
   (c) `streamfill backfill` of the same whole topic, chunks of --batch offsets;
   (d) the same backfill with --chunk-size 50000 (each chunk a Spark job of its own);
   (e) streamfill stream with a business key and replace (an upsert by event_id);
+  (g) the same upsert with deletes (`deletes: tombstone`) over the same events keyed by event_id, followed by a
+      tombstone for every DELETE_EVERY-th event: the delete path's cost beside (e);
   (f) the raw ceiling: the same read and parse, each task's rows binary COPYed straight into an indexed table,
       no stage, no offsets, no exactly-once.
 Both streams use the same maxOffsetsPerTrigger, so the batches have the same sizes. Every way parses with the
@@ -25,7 +27,7 @@ source and the JDBC driver once. At its end, also when it fails, the run removes
 work folder (bench/leftovers.py), and its topics of events unless --keep-topic.
 
     .venv/bin/python bench/end_to_end.py [--events 2000000] [--partitions 4] [--batch 500000] [--repeat 3]
-                                         [--ways abcdef] [--contended] [--keep-topic]
+                                         [--ways abcdefg] [--contended] [--keep-topic]
 """
 
 from __future__ import annotations
@@ -229,14 +231,42 @@ class Users:
             dashboard.close()
 
 
+DELETE_EVERY = 20  # way (g): a tombstone for every 20th event, after all of them
+
+
+def topic_with_deletes(bootstrap: str, count: int, partitions: int, made: Leftovers) -> tuple[str, int]:
+    """The events of topic_with_events keyed by event_id, then a tombstone for every DELETE_EVERY-th valid
+    one; returns the topic and its record count."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from streamfill.spark_jobs.demo.events import records
+
+    topic = made.topic(f"bench_e2e_deletes_{count}_{partitions}", shared=True)
+    doomed = [key for i, (key, _, bad) in enumerate(records(count, 0.01, 42, "event_id"))
+              if not bad and i % DELETE_EVERY == 0]
+    if topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics:
+        ensure_topic(bootstrap, topic, partitions)
+        produce(bootstrap, topic, count, bad_ratio=0.01, seed=42, key_field="event_id")
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for key in doomed:
+            producer.produce(topic, key=key, value=None)
+            producer.poll(0)
+        producer.flush(60)
+        console.print(f"produced {count:,} events keyed by event_id and {len(doomed):,} tombstones to {topic}")
+    return topic, count + len(doomed)
+
+
 def upsert_jobs_file(work: Path) -> Path:
-    """The jobs file with `orders_upsert`: the orders entry keyed by event_id, mode replace."""
+    """The jobs file with `orders_upsert`, the orders entry keyed by event_id in mode replace, and
+    `orders_deletes`, the same with tombstones deleting."""
     doc = yaml.safe_load(jobs_file().read_text())
     upsert = dict(doc["jobs"]["orders"])
     upsert.update(key=["event_id"], mode="replace", table="orders_upsert")
-    for k in ("interval_table", "schedule", "quality_schedule"):
+    for k in ("interval_table", "schedule", "quality_schedule", "health"):
         upsert.pop(k, None)
-    doc["jobs"] = {"orders": doc["jobs"]["orders"], "orders_upsert": upsert}
+    doc["jobs"] = {"orders": doc["jobs"]["orders"], "orders_upsert": upsert,
+                   "orders_deletes": {**upsert, "table": "orders_deletes", "deletes": "tombstone"}}
     path = work / "jobs" / "streamfill_jobs.yaml"
     path.parent.mkdir(parents=True)
     path.write_text(yaml.safe_dump(doc))
@@ -249,7 +279,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500_000, help="maxOffsetsPerTrigger of both streams, chunk size")
     ap.add_argument("--small-chunk", type=int, default=50_000, help="the chunk size of way (d)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per way, interleaved; the median is reported")
-    ap.add_argument("--ways", default="abcdef", help="which ways to run (letters as listed above)")
+    ap.add_argument("--ways", default="abcdefg", help="which ways to run (letters as listed above)")
     ap.add_argument("--contended", action="store_true",
                     help="run each way again while a reader holds its table and a short query probes it")
     args = ap.parse_args()
@@ -260,6 +290,9 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
     topic = topic_with_events(bootstrap, args.events, args.partitions, made)
     warm = topic_with_events(bootstrap, 20_000, args.partitions, made)
+    if "g" in args.ways:
+        deleting, deleting_count = topic_with_deletes(bootstrap, args.events, args.partitions, made)
+        warm_deleting, _ = topic_with_deletes(bootstrap, 20_000, args.partitions, made)
     jars = _jars(settings.home / "spark-kafka")
     work = made.folder(Path(tempfile.mkdtemp(prefix="bench-e2e-")))
     os.environ["STREAMFILL_JOBS_FILE"] = str(upsert_jobs_file(work))
@@ -285,6 +318,10 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
         made.job(run.job)
         summary = stream.run(run, spark, settings.kafka_client(), url, threading.Event())
         written[way] = (name, "job:" + run.job)
+        if way == "g":  # a delete is neither a row nor a dead letter: the offsets the job committed
+            with engine.connect() as conn:
+                return int(conn.scalar(text("SELECT sum(next_offset) FROM latest_offsets WHERE job = :j"),
+                                       {"j": run.job}))
         return summary.rows + summary.dead_letters
 
     def alternative(source: str) -> int:
@@ -328,13 +365,16 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
                       lambda s: backfill_all(s, args.small_chunk, "d")),
                 "e": ("e streamfill stream, upsert by event_id (replace)",
                       lambda s: streamfill(s, "orders_upsert", "e")),
-                "f": ("f raw ceiling: read + parse + binary COPY, no exactly-once", ceiling)}
+                "f": ("f raw ceiling: read + parse + binary COPY, no exactly-once", ceiling),
+                "g": (f"g streamfill stream, upsert by event_id with deletes (1 tombstone per {DELETE_EVERY} events)",
+                      lambda s: streamfill(deleting if s == topic else warm_deleting, "orders_deletes", "g"))}
     ways = {k: all_ways[k] for k in args.ways}
     timings: dict[str, list[float]] = {k: [] for k in ways}
     contended: dict[str, list[float]] = {k: [] for k in ways}
     worst: dict[str, float] = {k: 0.0 for k in ways}
     peaks: dict[str, dict[str, int]] = {k: {} for k in ways}
     counts: dict[str, int] = {}
+    same: list[str] = []
     try:
         for _, fn in ways.values():  # JVM, Python workers, JDBC driver, page cache
             fn(warm)
@@ -356,13 +396,18 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
                     console.print(f"{label}, its table held by a reader: {counts[k]:,} offsets in "
                                   f"{contended[k][-1]:.1f} s; the probe's worst wait {users.worst:.3f} s over "
                                   f"{users.probes} probes")
-            if i == 0:
-                same = compare(engine, written, sorted(set(written) & {"a", "b", "c", "d", "f"}))
+            compared = sorted(set(written) & {"a", "b", "c", "d", "f"})
+            if i == 0 and len(compared) > 1:
+                same = compare(engine, written, compared)
     finally:
         spark.stop()
         engine.dispose()
+    if "g" in counts:  # its topic holds the tombstones too; its table, the upserts' rows less the deleted keys
+        read = counts.pop("g")
+        assert read == deleting_count, f"way g read {read:,} offsets of {deleting_count:,}"
+        check_deletes(engine, written, deleting_count - args.events)
     assert len(set(counts.values())) == 1 and args.events in counts.values(), f"the ways disagree: {counts}"
-    rate = {k: args.events / statistics.median(ts) for k, ts in timings.items()}
+    rate = {k: (deleting_count if k == "g" else args.events) / statistics.median(ts) for k, ts in timings.items()}
     table = Table(title=f"{args.events:,} events, {args.partitions} partitions, batches of {args.batch:,} "
                         f"(median of {args.repeat}, interleaved)")
     columns = ["way", "seconds", "offsets/s", "vs b", "vs f"]
@@ -379,16 +424,30 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
                       f"{mb['driver JVM'] / 2**20:,.0f} / {mb['driver python'] / 2**20:,.0f} / "
                       f"{mb['python workers'] / 2**20:,.0f}")
     console.print(table)
-    console.print(f"same rows and dead letters in {', '.join(same)}; parsers: b Spark's from_json and casts alone, "
-                  "the others values typed in the read where certain and Spark's from_json for the rest "
-                  "(spark_jobs.pipelines.compile, reader_options)")
+    if same:
+        console.print(f"same rows and dead letters in {', '.join(same)}; parsers: b Spark's from_json and casts "
+                      "alone, the others values typed in the read where certain and Spark's from_json for the rest "
+                      "(spark_jobs.pipelines.compile, reader_options)")
     for k, target in (("a", 1.5), ("c", 1.5), ("e", None)):
         if k in rate and "b" in rate:
             console.print(f"{k}/b = {rate[k] / rate['b']:.2f}" + (f"  (target >= {target})" if target else ""))
     if "d" in rate and "c" in rate:
         console.print(f"d/c = {rate['d'] / rate['c']:.2f}  (target >= 0.70)")
+    if "g" in rate and "e" in rate:
+        console.print(f"g/e = {rate['g'] / rate['e']:.2f}  (offsets per second, upsert with deletes against plain "
+                      "upserts)")
     if "f" in rate and "a" in rate:
         console.print(f"a/f = {rate['a'] / rate['f']:.2f}  (aim >= 0.5: the exactly-once path against the raw ceiling)")
+
+
+def check_deletes(engine, written: dict[str, tuple[str, str]], deleted: int) -> None:
+    """Way (g)'s table holds the upserts' rows (way (e), when it ran) less the `deleted` keys."""
+    if "e" not in written:
+        return
+    with engine.connect() as conn:
+        upserted = conn.scalar(text(f'SELECT count(*) FROM "{written["e"][0]}"'))
+        kept = conn.scalar(text(f'SELECT count(*) FROM "{written["g"][0]}"'))
+    assert kept == upserted - deleted, f"way g kept {kept:,} rows: the upserts' {upserted:,} less {deleted:,} deleted"
 
 
 def compare(engine, written: dict[str, tuple[str, str]], ways: list[str]) -> list[str]:

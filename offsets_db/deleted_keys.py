@@ -65,3 +65,20 @@ def job_id(job: str | None) -> sql.Composable:
     return sql.SQL("(SELECT id FROM {} WHERE name = {})").format(sql.Identifier(schema.name(), "jobs"),
                                                                  sql.Literal(job))
 
+
+
+DELETES_LOCK_SPACE = 0x5F15  # advisory-lock key space of deleting commits: (space, hash of the table's name)
+
+
+def serialize(cur, target: str) -> None:
+    """Deleting commits into one table, one at a time until each transaction ends: a commit that reads the
+    deleted keys then sees every delete another committed, where two at once could each miss the other's (an
+    older upsert landing after a concurrent delete of its key)."""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (DELETES_LOCK_SPACE, target))
+
+
+def any_recorded(cur, target: str) -> bool:
+    """Whether a delete of the table is recorded: without one, and without deletes in the batch, a deleting write
+    moves its rows as a plain upsert does."""
+    cur.execute(sql.SQL("SELECT EXISTS (SELECT FROM {} WHERE target = %s)").format(_ident()), (target,))
+    return bool(cur.fetchone()[0])

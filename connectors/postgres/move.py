@@ -69,9 +69,14 @@ def lock(cur, target: Target) -> float:
 
 
 def move(cur, target: Target, stage: Stage, write_ids: Sequence[str], mode: str, version: Sequence[str],
-         valid_rows: int, deletes: bool = False, job: str | None = None) -> Moved:
+         valid_rows: int, deletes: bool = False, job: str | None = None, staged_deletes: int = 0) -> Moved:
     """Move the valid staged rows of these writes into the target (lock it first); `valid_rows` is how many
-    the tasks staged. With `deletes`, staged deletes remove their keys' rows first (their keys recorded)."""
+    the tasks staged. With `deletes`, staged deletes (`staged_deletes` of the rows) remove their keys' rows
+    first (their keys recorded), and no upsert lands over a newer recorded delete."""
+    if deletes:
+        name = f"{target.schema}.{target.table}"
+        deleted_keys.serialize(cur, name)
+        deletes = bool(staged_deletes) or deleted_keys.any_recorded(cur, name)
     statement = _Statements(target, stage, mode, tuple(version), deletes, job)
     params = (list(write_ids),)
     deleted = 0

@@ -64,6 +64,7 @@ class StagedWrite(WriterCommitMessage):
     offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # per partition: lowest, highest
     dead: int = 0  # of them, dead letters (a non-null _error)
     routed: dict[str, int] = field(default_factory=dict)  # a routed write's valid rows per table (its route)
+    deletes: int = 0  # of the valid rows, deletes (a true _delete)
 
     def valid_in(self, lane: Lane) -> int:
         return self.routed.get(lane.route, 0) if lane.route is not None else self.rows - self.dead
@@ -230,7 +231,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
     letters (few) into the stage's dead-letter table after them."""
     worker_gc.settle()
     write_id = uuid.uuid4().hex
-    seen = {"rows": 0, "dead": 0}
+    seen = {"rows": 0, "dead": 0, "deletes": 0}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     dead: list[pa.RecordBatch] = []
     stage_table = plan.stage
@@ -242,15 +243,14 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
             seen["rows"] += batch.num_rows
             if plan.ranged:
                 _widen(offsets, batch)
-            if not stage_table.dead_letters:
-                yield batch
-                continue
-            bad = pc.is_valid(batch.column("_error"))
-            if pc.any(bad).as_py():
+            bad = pc.is_valid(batch.column("_error")) if stage_table.dead_letters else None
+            if bad is not None and pc.any(bad).as_py():
                 letters = batch.filter(bad)
                 seen["dead"] += letters.num_rows
                 dead.append(letters)
                 batch = batch.filter(pc.invert(bad))
+            if plan.options.deletes:
+                seen["deletes"] += pc.sum(pc.fill_null(batch.column(DELETE_COLUMN), False)).as_py() or 0
             yield batch
 
     routed: dict[str, int] = {}
@@ -280,7 +280,7 @@ def _stage(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> StagedWrite:
         kept.release(conn)
         if spill is not None:
             kept.release(spill)
-    return StagedWrite(write_id, seen["rows"], offsets, seen["dead"], routed)
+    return StagedWrite(write_id, seen["rows"], offsets, seen["dead"], routed, seen["deletes"])
 
 
 def _copy_routed(plan: SinkPlan, batches: Iterator[pa.RecordBatch], write_id: str) -> dict[str, int]:
@@ -427,7 +427,7 @@ class _Staged:
                 continue
             move.lock(cur, lane.target)
             moved = move.move(cur, lane.target, lane.stage, self.write_ids, lane.mode, lane.version, valid,
-                              deletes=opts.deletes, job=opts.job)
+                              deletes=opts.deletes, job=opts.job, staged_deletes=sum(w.deletes for w in self.writes))
             rows, refused, whole = rows + moved.rows, refused + moved.refused, whole and moved.whole
         if whole:  # the plain INSERTs took every valid row: the dead letters are what is left to count
             expected, found = dead, (stage.count(cur, plan.stage, self.write_ids, dead_only=True) if dead else 0)
