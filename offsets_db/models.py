@@ -238,6 +238,7 @@ class DeletedKey(Base):
     so a replay never brings a deleted row back. One row per (table, key), the newest delete kept."""
 
     __tablename__ = "deleted_keys"
+    __table_args__ = (Index("deleted_keys_job", "job_id"),)  # a job deleted sets its deletes' job_id to null
 
     target: Mapped[str] = mapped_column(Text, primary_key=True)  # the table as schema.table
     key: Mapped[list[Any]] = mapped_column(JSONB, primary_key=True)  # the key's values, in the key's order
@@ -246,5 +247,5 @@ class DeletedKey(Base):
     topic: Mapped[str] = mapped_column(Text)
     partition: Mapped[int] = mapped_column(Integer)
     offset: Mapped[int] = mapped_column(BigInteger)
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     deleted_at: Mapped[datetime] = mapped_column(server_default=func.now())

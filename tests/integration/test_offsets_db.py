@@ -59,7 +59,8 @@ def test_db_upgrade_builds_every_table_and_view_from_empty(fresh_db):
         assert conn.execute(text("SELECT title FROM public.jobs")).scalars().all() == ["ours"]
     engine.dispose()
     assert tables == {"jobs", "runs", "batches", "batch_offsets", "snapshots", "data_loss_events", "dead_letters",
-                      "quality_results", "job_leases", "announcements", "retention_horizons", "alembic_version"}
+                      "quality_results", "job_leases", "announcements", "retention_horizons", "deleted_keys",
+                      "alembic_version"}
     assert views == {"offset_history", "latest_offsets", "consumer_lag", "lag_history", "batch_throughput"}
 
 
@@ -73,7 +74,7 @@ def test_an_install_from_before_its_schema_moves_into_it_with_every_row(fresh_db
     before = subprocess.run([cli, "db", "upgrade", "0005"], env={**env, "STREAMFILL_DB_SCHEMA": "public"},
                             capture_output=True, text=True, timeout=120)
     assert before.returncode == 0, before.stderr
-    later = ("announcements", "retention_horizons")  # tables of 0007 and 0009
+    later = ("announcements", "retention_horizons", "deleted_keys")  # tables of 0007, 0009 and 0010
     relations = [*(t for t in schema.tables() if t not in later), *schema.VIEWS]
     engine = create_engine(fresh_db)
     with engine.begin() as conn:  # revision 0005's columns, in SQL: today's models have more

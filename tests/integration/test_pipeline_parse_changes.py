@@ -126,27 +126,6 @@ def wrapped(payload: dict | None) -> dict:
     return {"schema": {"type": "struct", "name": "pg.public.inventory.Envelope"}, "payload": payload}
 
 
-def test_debezium_events_upsert_after_delete_before_and_order_by_their_position(spark):
-    rows = parsed(spark, INVENTORY, [
-        ({"id": 1}, event("r", None, {"id": 1, "sku": "a", "count": 5}, 10)),  # a snapshot's row
-        ({"id": 1}, event("u", {"id": 1}, {"id": 1, "sku": "a", "count": 4}, "200")),  # a digit string
-        ({"id": 2}, wrapped(event("c", None, {"id": 2, "sku": "b", "count": 1}, 300))),
-        ({"id": 1}, event("d", {"id": 1, "sku": "a", "count": 4}, None, 400)),  # only before's key is read
-        ({"id": 1}, None),  # Debezium's tombstone after a delete: ignored by default
-        ({"id": 2}, event("d", {"id": 2, "sku": "\u0000", "count": -1}, None, 12345678901234567890123456789)),
-    ])
-    assert list(rows[0])[:6] == ["topic", "partition", "offset", "kafka_timestamp", SOURCE_POSITION, "id"]
-    assert list(rows[0])[-3:] == ["_error", "_raw", DELETE_COLUMN]
-    assert pick(rows, SOURCE_POSITION, "id", "sku", "count", DELETE_COLUMN, "_error") == [
-        (Decimal(10), 1, "a", 5, False, None),
-        (Decimal(200), 1, "a", 4, False, None),
-        (Decimal(300), 2, "b", 1, False, None),
-        (Decimal(400), 1, None, None, True, None),
-        (None, None, None, None, True, None),  # counted as consumed, nothing written: a delete of no key
-        (Decimal("12345678901234567890123456789"), 2, None, None, True, None),
-    ]
-
-
 def test_a_debezium_event_that_cannot_be_applied_is_a_dead_letter_with_its_reason(spark):
     rows = parsed(spark, INVENTORY, [
         (None, event("t", None, None)),
@@ -218,35 +197,6 @@ EVENTS = PipelineSpec.model_validate({
                                "amount": {"type": "decimal(12,2)", "field": "refund.amount", "max": 100}},
                    "derived": {"negative": "-amount"}},
         "7": "orders"}}})
-
-
-def test_a_routed_topic_fills_each_table_with_its_columns_and_checks_its_rules_only(spark):
-    rows = parsed(spark, EVENTS, [
-        (None, {"event_type": "order", "event_id": "e1", "amount": 5, "note": "n", "refund": {"amount": 9}}),
-        (None, {"event_type": "refund", "refund_id": 3, "refund": {"amount": 9}, "amount": -1, "note": "n"}),
-        (None, {"event_type": 7, "event_id": "e2", "amount": 1}),  # a number as the route's value
-        (None, {"event_type": "refund", "refund_id": 4, "refund": {"amount": 101}}),
-        (None, {"event_type": "order", "amount": 1}),
-        (None, {"event_type": "order", "event_id": "e3", "amount": -1}),
-        (None, {"event_type": "refund", "event_id": "e4"}),  # the entry's required event_id is not refunds'
-        (None, {"event_type": "shipment", "event_id": "e5"}),
-        (None, {"event_id": "e6"}),
-        (None, "[1"),
-    ])
-    assert list(rows[0]) == ["topic", "partition", "offset", "kafka_timestamp", "event_id", "amount", "note",
-                             "refund_id", "cents", "negative", "_error", "_raw", ROUTE_COLUMN]
-    assert pick(rows, ROUTE_COLUMN, "event_id", "amount", "note", "refund_id", "cents", "negative", "_error") == [
-        ("orders", "e1", Decimal("5.00"), "n", None, Decimal("500.00"), None, None),
-        ("sales.refunds", None, Decimal("9.00"), None, 3, None, Decimal("-9.00"), None),
-        ("orders", "e2", Decimal("1.00"), None, None, Decimal("100.00"), None, None),
-        ("sales.refunds", None, None, None, None, None, None, "amount above max 100: 101"),
-        ("orders", None, None, None, None, None, None, "missing field event_id (required)"),
-        ("orders", None, None, None, None, None, None, "amount below min 0: -1"),
-        ("sales.refunds", None, None, None, None, None, None, "missing field refund_id (required)"),
-        (None, None, None, None, None, None, None, "no route for event_type: shipment"),
-        (None, None, None, None, None, None, None, "no route for event_type: null"),
-        (None, None, None, None, None, None, None, "invalid JSON"),
-    ]
 
 
 def test_unmatched_records_go_to_the_table_the_route_names(spark):

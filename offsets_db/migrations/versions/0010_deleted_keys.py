@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("job_id", sa.Integer(), sa.ForeignKey("jobs.id", ondelete="SET NULL"), nullable=True),
         sa.Column("deleted_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
     )
-    op.create_index("ix_deleted_keys_job_id", "deleted_keys", ["job_id"])
+    op.create_index("deleted_keys_job", "deleted_keys", ["job_id"])
 
 
 def downgrade() -> None:
