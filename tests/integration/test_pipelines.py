@@ -28,7 +28,8 @@ from streamfill import REPO_ROOT
 from tests.job_helpers import run_here
 from tests.kafka_helpers import consume_all, create_topic, produce
 
-pytestmark = pytest.mark.integration
+# one worker runs the module, so its world (topics produced, streams run) is made once
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pipelines")]
 
 CLICK_SCHEMA = {"type": "record", "name": "Click", "fields": [
     {"name": "url", "type": "string"}, {"name": "ms", "type": "long"},

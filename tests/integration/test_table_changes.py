@@ -19,7 +19,8 @@ from streamfill.spark_jobs import backfill, stream
 from tests.job_helpers import run_here
 from tests.kafka_helpers import create_topic, produce
 
-pytestmark = pytest.mark.integration
+# one worker runs the module, so its world (topics produced, streams run) is made once
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("table_changes")]
 
 KEYS = 10_000  # the compacted topic's keys
 
