@@ -350,7 +350,10 @@ def test_two_jobs_writing_one_table_have_each_commit_announced_once_and_a_downst
     committed = {job: announcements.commits(t.store.engine, job) for job in t.jobs}
     assert [len(c) for c in committed.values()] == [5, 3]
     assert asset_cover_problems(committed, events) == []
-    assert {job: sum(b["job"] == job for _, b in events) for job in t.jobs} == {job: 2 for job in t.jobs}
+    # at least the two rounds, at most one event per commit: the stack's triggerer runs the same watcher and may
+    # announce between two of a round's commits (each its own transaction), which splits that round in two
+    counts = {job: sum(b["job"] == job for _, b in events) for job in t.jobs}
+    assert all(2 <= counts[job] <= len(committed[job]) for job in t.jobs), counts
     # the downstream DAG ran once for each announcement of either job (its runs: one per key, never two)
     keys = sorted(key for key, _ in events)
 
