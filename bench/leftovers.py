@@ -166,7 +166,7 @@ def scratch_database(settings: Settings, prefix: str, before_drop: Callable[[], 
 
     from sqlalchemy import create_engine, make_url, text
 
-    from streamfill.app.stack.postgres import admin_url
+    from streamfill.cli.stack.postgres import admin_url
     from streamfill.offsets_db.migrate import upgrade
 
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"

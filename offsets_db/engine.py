@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import OperationalError
+
+from streamfill.errors import StreamfillError
 from streamfill.offsets_db import schema
 from streamfill.pg import connect_args
+from streamfill.urls import without_password
 
 
 def make_engine(url: str, options: str = "", **kwargs) -> Engine:
@@ -32,3 +38,23 @@ def dispose_shared() -> None:
     """Close the shared engines' connections (a benchmark dropping its scratch database)."""
     for engine in _shared.values():
         engine.dispose()
+
+
+class OffsetsDbUnreachable(StreamfillError):
+    """offsets_db could not be reached: not the user's input, so the command says where it looked and how to start
+    it."""
+
+    def __init__(self, url: str, exc: BaseException) -> None:
+        reason = " ".join(str(getattr(exc, "orig", exc)).split())
+        super().__init__(f"cannot reach offsets_db at {without_password(url)}: {reason}. Start it with `streamfill "
+                         "stack up` or set STREAMFILL_DB_URL")
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """A connection refused or lost inside is raised as OffsetsDbUnreachable, naming the database without its
+    password."""
+    try:
+        yield
+    except OperationalError as exc:
+        raise OffsetsDbUnreachable(url, exc) from None

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
-from rich.console import Console
-from rich.markup import escape
 from sqlalchemy import make_url
 
 from streamfill.connectors.postgres.sink_options import REPLACE
@@ -26,10 +24,9 @@ from streamfill import durations
 from streamfill.errors import OptionError
 from streamfill.kafka_client import describe
 from streamfill.partitions import Positions, to_json_shape
+from streamfill.console import console, err, fail, say  # noqa: F401  (moving to their users)
 from streamfill.settings import Settings, get_settings
 
-console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
-err = Console(stderr=True, soft_wrap=True)
 
 A = TypeVar("A")
 
@@ -241,16 +238,6 @@ def wait_seconds(raw: str) -> float:
     if ms is None:
         raise OptionError("--wait-for-job", raw, "is not a duration", "use 0 (refuse at once), 30s, 10m or 1h")
     return ms / 1000
-
-
-def fail(exc: BaseException) -> SystemExit:
-    """Print the error as one readable message and return the exit to raise (code 1)."""
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # `key: [a]` in a message is not markup
-    return SystemExit(1)
-
-
-def say(message: str) -> None:
-    console.print(message, highlight=False)
 
 
 

@@ -7,7 +7,7 @@ the same), and an editable install maps them likewise."""
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = ("app", "connectors", "offsets_db", "orchestration", "spark_jobs")
+SUBPACKAGES = ("cli", "connectors", "offsets_db", "orchestration", "spark_jobs")
 
 # A process that finds this package through a checkout's folder on sys.path (a Spark worker started in the checkout,
 # a script run from it) finds the subpackages beside it, where the wheel would have put them inside.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-from streamfill.app.stack.airflow import reserialize
+from streamfill.cli.stack.airflow import reserialize
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from streamfill.app import stack
+from streamfill.cli import stack
 from tests import shared_run
 from streamfill.settings import Settings
 
@@ -124,7 +124,7 @@ def topic_name() -> str:
 def spark(stack_settings: Settings, tmp_path_factory):
     """One local SparkSession for the run, with streamfill's data sources registered; its JVM starts as every
     launch's does, with the class archive `stack up` builds (built here when the stack was already up)."""
-    from streamfill.app.stack.spark import Spark
+    from streamfill.cli.stack.spark import Spark
     from streamfill.connectors.spark import register
     from streamfill.spark_jobs.session import spark_session
 

@@ -24,14 +24,14 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, make_url, text
 
-from streamfill.app.stack.postgres import admin_url
+from streamfill.cli.stack.postgres import admin_url
 from streamfill import REPO_ROOT, SUBPACKAGES
 from streamfill.settings import Settings
 
 PACKAGES = ("streamfill", *SUBPACKAGES)
 FAB = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 # the processes of an Airflow deployment the tests need (no triggerer: no task defers); the scheduler's log server
-# would listen on every interface (app/stack/airflow.py), and the API server reads the task logs from disk anyway
+# would listen on every interface (cli/stack/airflow.py), and the API server reads the task logs from disk anyway
 COMPONENTS = {"api-server": ["api-server"], "scheduler": ["scheduler", "--skip-serve-logs"],
               "dag-processor": ["dag-processor"]}
 # what pip puts in bin/ for the third-party packages the tasks and the test call (pyspark's spark-submit sources

@@ -7,14 +7,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streamfill.app.stack.postgres import Postgres
+from streamfill.cli.stack.postgres import Postgres
 from streamfill.settings import Settings
 
 
 @contextmanager
 def private_postgres(stack_settings: Settings, ports: range) -> Iterator[Postgres]:
     """A PostgreSQL of its own on the first free port of `ports`, with offsets_db installed; removed at the end."""
-    from streamfill.app.stack.process import port_free
+    from streamfill.cli.stack.process import port_free
     from streamfill.offsets_db.migrate import upgrade
 
     port = next(p for p in ports if port_free(stack_settings.host, p))

@@ -31,8 +31,8 @@ def private_postgres(stack_settings):
 @pytest.fixture
 def private_kafka(stack_settings):
     """A broker of its own (the stack's serves every other test), with the stack's jars."""
-    from streamfill.app.stack.kafka import Kafka
-    from streamfill.app.stack.process import port_free
+    from streamfill.cli.stack.kafka import Kafka
+    from streamfill.cli.stack.process import port_free
 
     free = [p for p in worker_ports(stack_settings.kafka_port + 300) if port_free(stack_settings.host, p)]
     settings = Settings(home=stack_settings.home / f"test-kafka-{uuid.uuid4().hex[:8]}", kafka_port=free[0],

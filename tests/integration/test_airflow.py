@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from streamfill.app.stack.airflow import airflow_bin, airflow_env, reserialize
+from streamfill.cli.stack.airflow import airflow_bin, airflow_env, reserialize
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi, AirflowError
 from streamfill.spark_jobs.demo import events

@@ -101,7 +101,7 @@ def shared_table(stack_settings):
 def _parsed(stack_settings) -> None:
     """The DAG folder parsed now. Airflow's DAG processor may be storing a new file's DAGs at the same moment, and
     one of the two then fails on a duplicate key: the other has stored them, and a second parse finds them."""
-    from streamfill.app.stack.airflow import reserialize
+    from streamfill.cli.stack.airflow import reserialize
     from streamfill.errors import AirflowError
 
     for attempt in range(3):
@@ -213,7 +213,7 @@ def _wait(condition, timeout: float, what: str):
 
 
 def _kill_tree(pid: int) -> None:
-    from streamfill.app.stack.process import children
+    from streamfill.cli.stack.process import children
 
     for child in children(pid):
         _kill_tree(child)
@@ -230,9 +230,9 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
     stream's job is SIGKILLed (Airflow's retry resumes it), then the triggerer (commits go on, announcements
     stop; `stack up` restarts Airflow and the backlog goes out as one announcement). Announced ranges equal
     committed ranges, and the downstream DAG ran once per announcement."""
-    from streamfill.app.stack import up
-    from streamfill.app.stack.airflow import Airflow, reserialize
-    from streamfill.app.stack.process import children
+    from streamfill.cli.stack import up
+    from streamfill.cli.stack.airflow import Airflow, reserialize
+    from streamfill.cli.stack.process import children
     from streamfill.spark_jobs.demo.produce import produce
     from tests.integration.test_airflow import ORDERS_COLUMNS, _spark_submit_of, dropped_file, query
     from tests.kafka_helpers import create_topic, end_offsets
@@ -311,7 +311,7 @@ def test_commits_announced_through_kills_of_the_stream_and_the_triggerer_run_a_d
 
 
 def _argv(pid: int) -> list[str]:
-    from streamfill.app.stack.pidfile import cmdline
+    from streamfill.cli.stack.pidfile import cmdline
 
     return cmdline(pid)
 
@@ -323,7 +323,7 @@ def _commits(store: OffsetStore, job: str) -> int:
 
 def test_two_jobs_writing_one_table_have_each_commit_announced_once_and_a_downstream_run_per_announcement(
         stack_settings, shared_table, monkeypatch):
-    from streamfill.app.stack.airflow import connections
+    from streamfill.cli.stack.airflow import connections
     from streamfill.spark_jobs.pipelines import load
 
     t, api = shared_table, AirflowApi(stack_settings)

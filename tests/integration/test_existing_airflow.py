@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from streamfill.app.stack.airflow import connections, kafka_client
+from streamfill.cli.stack.airflow import connections, kafka_client
 from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi

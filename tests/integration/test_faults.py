@@ -323,7 +323,7 @@ def test_a_copy_of_offsets_db_on_the_same_server_whose_launch_holds_the_same_job
     import psycopg2
     from sqlalchemy import make_url
 
-    from streamfill.app.stack.postgres import admin_url
+    from streamfill.cli.stack.postgres import admin_url
     from bench.leftovers import scratch_database
     from streamfill.connectors.spark.postgres_sink import dsn
     from streamfill.offsets_db.fencing import launch_alive
@@ -382,7 +382,7 @@ def _entry(tmp_path: Path, name: str, topic: str) -> Path:
 
 
 def _cli(args: list[str], jobs: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "streamfill.cli.main", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**{k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_FAILPOINT")},
                                  "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250", **(env or {})})
@@ -561,7 +561,7 @@ def test_poison_records_in_the_middle_of_a_stream_become_dead_letters_and_the_st
         {"value": json.dumps({"id": 1002, "note": "x" * 900_000}).encode(), "partition": 0},
         {"value": b"\x00\x01 not json", "partition": 1}])
     produce(bootstrap, topic_name, [good(i) for i in range(300, 600)])
-    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", "stream", "--job", name, "--trigger", "available-now",
+    done = subprocess.run([sys.executable, "-m", "streamfill.cli.main", "stream", "--job", name, "--trigger", "available-now",
                            "--checkpoint", str(tmp_path / "ck")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "STREAMFILL_JOBS_FILE": str(jobs), "COLUMNS": "250"}, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]

@@ -92,7 +92,7 @@ def test_the_install_script_gives_an_environment_that_imports_the_dags(tmp_path)
         import streamfill
         from airflow.dag_processing.dagbag import DagBag
         from typer.testing import CliRunner
-        from streamfill.app.cli import app  # the `streamfill` command airflow-init runs
+        from streamfill.cli.main import app  # the `streamfill` command airflow-init runs
         bag = DagBag(dag_folder=str(streamfill.REPO_ROOT / "dags"))
         upgrade = CliRunner().invoke(app, ["db", "upgrade", "--help"])
         print(json.dumps({"python": list(sys.version_info[:2]), "airflow": airflow.__version__,

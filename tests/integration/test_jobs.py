@@ -62,7 +62,7 @@ def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`streamfill ...` as its own process group, so a failpoint's SIGKILL takes the JVM and workers too."""
     if args[0] in ("stream", "backfill"):  # the demo's events, parsed by the orders entry
         args = (*args, "--pipeline", "orders")
-    return subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO_ROOT, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "streamfill.cli.main", *args], cwd=REPO_ROOT, start_new_session=True,
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 

@@ -144,7 +144,7 @@ def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log
     produce(secured, topic_name, 400, bad_ratio=0.05, seed=4)
     job, table = f"{topic_name}-stream", f"{topic_name}_stream"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_KAFKA_")}
-    proc = subprocess.Popen([sys.executable, "-m", "streamfill.app.cli", "stream", "--job", job, "--topic", topic_name,
+    proc = subprocess.Popen([sys.executable, "-m", "streamfill.cli.main", "stream", "--job", job, "--topic", topic_name,
                              "--table", table, "--pipeline", "orders", "--checkpoint", str(tmp_path / "ckpt"),
                              "--trigger", "1s"], cwd=REPO_ROOT, start_new_session=True,
                             env={**env, **settings_env(secured)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -193,7 +193,7 @@ def test_a_stream_given_credentials_in_its_environment_shows_them_in_no_argv_log
 
 def backfill_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFILL_KAFKA_")}
-    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", "backfill", *args], cwd=REPO_ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "streamfill.cli.main", "backfill", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, env={**clean, **env}, timeout=300)
     return done.returncode, done.stdout + done.stderr
 

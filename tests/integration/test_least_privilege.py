@@ -21,8 +21,8 @@ import psycopg2.errors
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from streamfill.app.stack.airflow import airflow_bin, airflow_env
-from streamfill.app.stack.postgres import admin_url
+from streamfill.cli.stack.airflow import airflow_bin, airflow_env
+from streamfill.cli.stack.postgres import admin_url
 from streamfill.offsets_db import dashboard
 from streamfill.offsets_db.engine import make_engine
 from streamfill.orchestration import dag_ids

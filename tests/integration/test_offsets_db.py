@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
-from streamfill.app.stack.postgres import admin_url
+from streamfill.cli.stack.postgres import admin_url
 from streamfill.offsets_db.exactly_once import PlannedRange
 from streamfill.offsets_db.engine import make_engine
 from streamfill.offsets_db.migrate import head, upgrade

@@ -44,7 +44,7 @@ def query(db, sql: str, **params) -> list[tuple]:
 
 def cli(*args: str, jobs: str) -> tuple[int, str]:
     """One `streamfill` launch with `jobs` as the jobs file: its exit code and output."""
-    done = subprocess.run([sys.executable, "-m", "streamfill.app.cli", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+    done = subprocess.run([sys.executable, "-m", "streamfill.cli.main", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=900,
                           env={**os.environ, "STREAMFILL_JOBS_FILE": jobs, "COLUMNS": "250"})
     return done.returncode, done.stdout

@@ -72,7 +72,7 @@ def test_two_writer_versions_land_in_one_table_and_an_unknown_schema_id_is_a_dea
     jobs = jobs_file(tmp_path, topic_name, "    schema_registry: {}\n    key: [id]\n")
 
     # the entry names no columns: `jobs check` shows those of the subject's latest version
-    checked = subprocess.run([sys.executable, "-m", "streamfill.app.cli", "jobs", "check", jobs], cwd=REPO_ROOT,
+    checked = subprocess.run([sys.executable, "-m", "streamfill.cli.main", "jobs", "check", jobs], cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"columns from subject {topic_name}-value" in checked.stdout
@@ -92,7 +92,7 @@ def test_two_writer_versions_land_in_one_table_and_an_unknown_schema_id_is_a_dea
 @pytest.mark.fault
 def test_the_registry_stopped_mid_stream_fails_the_batch_and_the_restarted_stream_ends_exactly_once(
         spark, stack_settings, bootstrap, db, registry, topic_name, tmp_path):
-    from streamfill.app.stack.schema_registry import SchemaRegistry
+    from streamfill.cli.stack.schema_registry import SchemaRegistry
 
     v1 = register(registry, f"{topic_name}-value", V1)
     create_topic(bootstrap, topic_name, 2)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from streamfill.app.stack import StackError
-from streamfill.app.stack.airflow import admin_password, airflow_bin, airflow_env
-from streamfill.app.stack.kafka import Kafka, fetch_jars
-from streamfill.app.stack.process import read_pid
+from streamfill.cli.stack import StackError
+from streamfill.cli.stack.airflow import admin_password, airflow_bin, airflow_env
+from streamfill.cli.stack.kafka import Kafka, fetch_jars
+from streamfill.cli.stack.process import read_pid
 from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 from tests.shared_run import AIRFLOW_GROUP
@@ -79,7 +79,7 @@ def _healed(stack_settings) -> None:
     Airflow's heartbeats may lag for a while; a service an earlier test left down, or an Airflow component that
     exited (they exit on some database errors and `airflow standalone` does not restart them), is brought back
     with `stack up`, as a user would, and reported as a warning with the errors Airflow logged."""
-    from streamfill.app.stack import services
+    from streamfill.cli.stack import services
 
     deadline = time.monotonic() + 120
     while not all(s.healthy() for s in services(stack_settings)):
@@ -249,7 +249,7 @@ def _listening(pids: set[int]) -> list[tuple[str, int]]:
 def _stack_pids(settings) -> set[int]:
     """The postmaster and its backends, and every process of Kafka's, the registry's and Airflow's process
     groups."""
-    from streamfill.app.stack.postgres import Postgres
+    from streamfill.cli.stack.postgres import Postgres
 
     leaders = {Postgres(settings).pid(), *(read_pid(settings.home / "run" / f"{name}.pid")
                                            for name in ("kafka", "schema-registry", "airflow"))}
@@ -269,7 +269,7 @@ def _stack_pids(settings) -> set[int]:
 def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(stack_settings, tmp_path):
     import psycopg2
 
-    from streamfill.app.stack.postgres import Postgres
+    from streamfill.cli.stack.postgres import Postgres
 
     s = stack_settings
     password = s.db_password()
@@ -291,7 +291,7 @@ def test_postgres_wants_the_password_and_nothing_of_the_stack_is_open_to_others(
     with closing(psycopg2.connect(**verified)) as conn, conn.cursor() as cur:
         cur.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
         assert cur.fetchone() == (True,)
-    from streamfill.app.stack.tls import ensure_ca
+    from streamfill.cli.stack.tls import ensure_ca
 
     other_ca, _ = ensure_ca(tmp_path / "other-ca")
     with pytest.raises(psycopg2.OperationalError, match="certificate verify failed"):
@@ -345,8 +345,8 @@ def test_after_a_postgres_crash_up_restarts_what_does_not_answer_and_leaves_the_
     alone. The stream's batch in flight fails; what committed before the crash holds exactly once."""
     from sqlalchemy import create_engine, text
 
-    from streamfill.app.stack.airflow import Airflow
-    from streamfill.app.stack.postgres import Postgres
+    from streamfill.cli.stack.airflow import Airflow
+    from streamfill.cli.stack.postgres import Postgres
     from tests.integration.test_exactly_once import _records
     from tests.integration.test_faults import assert_exactly_once, pause_at, start_driver, wait_for
     from tests.kafka_helpers import create_topic, produce

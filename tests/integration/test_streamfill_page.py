@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from sqlalchemy import text
 
-from streamfill.app.stack.airflow import admin_password, reserialize
+from streamfill.cli.stack.airflow import admin_password, reserialize
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.spark_jobs.demo.produce import ensure_topic, produce

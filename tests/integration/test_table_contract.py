@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from streamfill.app.stack.postgres import admin_url
+from streamfill.cli.stack.postgres import admin_url
 from streamfill.connectors.spark import hold_job, postgres_sink
 from streamfill.connectors.spark.postgres_sink import dsn
 from streamfill.offsets_db.exactly_once import PlannedRange

@@ -24,13 +24,13 @@ LAYERS: dict[str, int] = {
     "orchestration/": 6,  # the Airflow side and the DAG files
     "orchestration/ui/": 6,  # the streamfill page: an Airflow plugin
     "dags/": 6,
-    "app/": 7,  # the app: the CLI and the local stack; the benchmarks beside it
+    "cli/": 7,  # the CLI and the local stack; the benchmarks beside it
     "bench/": 7,
 }
 NAMES = {1: "base", 2: "Kafka core", 3: "offsets_db", 4: "sinks and Spark layer", 5: "jobs", 6: "Airflow side",
-         7: "app"}
-# the demo is an example (its pipeline is an entry of the jobs file): only the app may import its producer
-DEMO, DEMO_USERS = "spark_jobs/demo/", ("spark_jobs/demo/", "app/", "bench/")
+         7: "CLI"}
+# the demo is an example (its pipeline is an entry of the jobs file): only the CLI may import its producer
+DEMO, DEMO_USERS = "spark_jobs/demo/", ("spark_jobs/demo/", "cli/", "bench/")
 # modules whose layer forbids a dependency outright (the Kafka core and the base stay light)
 FORBIDDEN = {"connectors/kafka/": ("pyspark", "sqlalchemy", "psycopg2", "great_expectations", "airflow",
                                     "openlineage"),
@@ -161,7 +161,7 @@ def test_every_module_imports_only_its_own_layer_or_lower_and_there_is_no_circle
 
 
 def test_every_module_of_the_project_has_a_layer():
-    packages = ("streamfill", "connectors", "offsets_db", "spark_jobs", "orchestration", "dags", "app", "bench")
+    packages = ("streamfill", "connectors", "offsets_db", "spark_jobs", "orchestration", "dags", "cli", "bench")
     files = [str(p.relative_to(REPO_ROOT)) for name in packages for p in (REPO_ROOT / name).rglob("*.py")]
     assert files and [f for f in files if layer_of(f, LAYERS) is None] == []
 

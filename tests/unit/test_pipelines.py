@@ -207,7 +207,7 @@ def test_whole_numbers_of_an_entry_refuse_yaml_booleans():
 
 
 def test_an_error_message_with_brackets_is_printed_whole(capsys):
-    from streamfill.spark_jobs.runs import fail
+    from streamfill.console import fail
     from streamfill.errors import OptionError
 
     exit_ = fail(OptionError("key", ["nope"], "names no declared column", "name declared columns, e.g. key: [a]"))

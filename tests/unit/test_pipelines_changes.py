@@ -234,7 +234,7 @@ def test_an_entry_that_cannot_follow_its_topic_is_refused_naming_the_field_value
 
 
 def test_jobs_check_shows_the_position_the_deletes_and_each_route_table(tmp_path, monkeypatch):
-    from streamfill.app.commands.jobs import app
+    from streamfill.cli.commands.jobs import app
 
     monkeypatch.setenv("COLUMNS", "250")
     runner = CliRunner()

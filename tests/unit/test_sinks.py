@@ -10,7 +10,7 @@ import pytest
 import typer
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from streamfill.app.commands.offsets import parse_since
+from streamfill.cli.commands.offsets import parse_since
 from streamfill.connectors.kafka.options import parse as parse_source
 from streamfill.connectors.postgres import copy, sink_options, stage, target
 from streamfill.connectors.spark import kafka_sink

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamfill.app import stack
-from streamfill.app.stack.kafka import LOG4J, Kafka
-from streamfill.app.stack.logrotate import prune, rotate
-from streamfill.app.stack.pidfile import argv_matches, cmdline, live_pid, read_pid, read_record, write_record
-from streamfill.app.stack.process import spawn
+from streamfill.cli import stack
+from streamfill.cli.stack.kafka import LOG4J, Kafka
+from streamfill.cli.stack.logrotate import prune, rotate
+from streamfill.cli.stack.pidfile import argv_matches, cmdline, live_pid, read_pid, read_record, write_record
+from streamfill.cli.stack.process import spawn
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit

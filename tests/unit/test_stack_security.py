@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamfill.app.stack.pg_auth import hba_conf, ident_conf, uses_trust, write_conf
-from streamfill.app.stack.secret_file import ensure_secret, private_dir, write_private
+from streamfill.cli.stack.pg_auth import hba_conf, ident_conf, uses_trust, write_conf
+from streamfill.cli.stack.secret_file import ensure_secret, private_dir, write_private
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit

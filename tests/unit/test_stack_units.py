@@ -2,9 +2,9 @@ import socket
 
 import pytest
 
-from streamfill.app.stack import StackError, _check_ports
-from streamfill.app.stack.kafka import Kafka
-from streamfill.app.stack.process import port_free
+from streamfill.cli.stack import StackError, _check_ports
+from streamfill.cli.stack.kafka import Kafka
+from streamfill.cli.stack.process import port_free
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit

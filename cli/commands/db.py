@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from streamfill.spark_jobs.runs import console
+from streamfill.console import console
 from streamfill.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, help="offsets_db in PostgreSQL.")
@@ -24,7 +24,8 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
     from streamfill.offsets_db.engine import make_engine
     from streamfill.offsets_db.fencing import streams_holding
     from streamfill.offsets_db.migrate import upgrade as migrate
-    from streamfill.spark_jobs.runs import fail, safe_url, unreachable
+    from streamfill.console import fail
+    from streamfill.spark_jobs.runs import safe_url, unreachable
 
     url = get_settings().offsets_db_url
     try:
@@ -58,7 +59,8 @@ def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (b
     from sqlalchemy.exc import OperationalError
 
     from streamfill.spark_jobs.maintenance import prune as run_prune
-    from streamfill.spark_jobs.runs import fail, say, unreachable
+    from streamfill.console import fail, say
+    from streamfill.spark_jobs.runs import unreachable
     from streamfill.errors import RevisionMismatch, UnknownJob
 
     settings = get_settings()

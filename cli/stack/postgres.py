@@ -1,7 +1,7 @@
 """PostgreSQL from the OS packages, in a project-local data directory, with the offsets and Airflow databases.
 
 Clients connect over TCP as db_user with the stack's password; the stack itself talks to the server as the
-superuser through the socket (see app/stack/pg_auth.py for who may connect how).
+superuser through the socket (see cli/stack/pg_auth.py for who may connect how).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import psycopg2
 from psycopg2 import sql
 from psycopg2.extensions import encrypt_password
 
-from streamfill.app.stack.logrotate import MAX_BYTES, prune, rotate
-from streamfill.app.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
-from streamfill.app.stack.pidfile import cmdline, pid_alive
-from streamfill.app.stack.process import wait_until
-from streamfill.app.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
-from streamfill.app.stack.service import Service, Status
-from streamfill.app.stack.tls import ensure_server_pem, split_pem, stack_hosts
+from streamfill.cli.stack.logrotate import MAX_BYTES, prune, rotate
+from streamfill.cli.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
+from streamfill.cli.stack.pidfile import cmdline, pid_alive
+from streamfill.cli.stack.process import wait_until
+from streamfill.cli.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
+from streamfill.cli.stack.service import Service, Status
+from streamfill.cli.stack.tls import ensure_server_pem, split_pem, stack_hosts
 from streamfill.errors import StackError
 from streamfill.settings import Settings
 

@@ -6,8 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamfill.app.stack.pidfile import live_pid, started_at
-from streamfill.app.stack.process import stop_group
+from streamfill.cli.stack.pidfile import live_pid, started_at
+from streamfill.cli.stack.process import stop_group
 from streamfill.settings import Settings
 
 
@@ -74,7 +74,7 @@ class Service(ABC):
 
 
 class ProcessGroupService(Service):
-    """A service that up() spawns in a session of its own and records in `run/<name>.pid` (app/stack/pidfile:
+    """A service that up() spawns in a session of its own and records in `run/<name>.pid` (cli/stack/pidfile:
     believed only while /proc shows the process it recorded)."""
 
     @property

@@ -17,7 +17,7 @@ __all__ = ["MAP", "SUPERUSER", "hba_conf", "ident_conf", "stack_os_users", "uses
 
 SUPERUSER = "postgres"
 MAP = "stack"
-HEADER = "# Written by `streamfill stack up` (app/stack/pg_auth.py) at every start; edits here are lost.\n"
+HEADER = "# Written by `streamfill stack up` (cli/stack/pg_auth.py) at every start; edits here are lost.\n"
 
 
 def hba_conf() -> str:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.orchestration import dag_ids
-from streamfill.spark_jobs.runs import console, fail, say
+from streamfill.console import console, fail, say
 from streamfill.settings import Settings, get_settings
 
 WINDOW_TABLE = "orders_window"
@@ -114,7 +114,7 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
 def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], None]) -> dict:
     from sqlalchemy import func, select
 
-    from streamfill.app.stack.airflow import reserialize
+    from streamfill.cli.stack.airflow import reserialize
     from streamfill.offsets_db import announcements, queries
     from streamfill.offsets_db.engine import make_engine
     from streamfill.orchestration.airflow_api import AirflowApi

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from streamfill.app.stack.service import Service, Status
+from streamfill.cli.stack.service import Service, Status
 from streamfill.errors import StackError
 
 

@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from streamfill.app.stack.pidfile import pid_alive
-from streamfill.app.stack.process import spawn, wait_until
-from streamfill.app.stack.service import ProcessGroupService, Status
+from streamfill.cli.stack.pidfile import pid_alive
+from streamfill.cli.stack.process import spawn, wait_until
+from streamfill.cli.stack.service import ProcessGroupService, Status
 from streamfill.errors import StackError
 
 APICURIO_VERSION = "3.0.9"

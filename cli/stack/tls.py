@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from streamfill.app.stack.secret_file import private_dir, write_private
+from streamfill.cli.stack.secret_file import private_dir, write_private
 
 VALID_DAYS = 3650
 

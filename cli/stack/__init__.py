@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from streamfill.app.stack.airflow import Airflow
-from streamfill.app.stack.kafka import Kafka
-from streamfill.app.stack.postgres import Postgres
-from streamfill.app.stack.process import port_free, tail
-from streamfill.app.stack.schema_registry import SchemaRegistry
-from streamfill.app.stack.service import Service, Status
-from streamfill.app.stack.spark import Spark
+from streamfill.cli.stack.airflow import Airflow
+from streamfill.cli.stack.kafka import Kafka
+from streamfill.cli.stack.postgres import Postgres
+from streamfill.cli.stack.process import port_free, tail
+from streamfill.cli.stack.schema_registry import SchemaRegistry
+from streamfill.cli.stack.service import Service, Status
+from streamfill.cli.stack.spark import Spark
 from streamfill.offsets_db.migrate import upgrade
 from streamfill.errors import StackError
 from streamfill.settings import Settings

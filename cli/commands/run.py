@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
-from streamfill.spark_jobs.runs import fail
+from streamfill.console import fail
 
 JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
 PipelineOpt = Annotated[Optional[str], typer.Option(

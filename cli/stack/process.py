@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from streamfill.app.stack.logrotate import rotate
-from streamfill.app.stack.pidfile import cmdline, pid_alive, read_pid, write_record
+from streamfill.cli.stack.logrotate import rotate
+from streamfill.cli.stack.pidfile import cmdline, pid_alive, read_pid, write_record
 from streamfill.errors import StackError
 
 __all__ = ["StackError", "UMASK", "children", "port_free", "pid_alive", "read_pid", "spawn", "stop_group",

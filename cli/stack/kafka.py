@@ -15,12 +15,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from streamfill.app.stack.pidfile import pid_alive
-from streamfill.app.stack.postgres import install_os_packages
-from streamfill.app.stack.process import spawn, wait_until
-from streamfill.app.stack.secret_file import ensure_secret, generate_password, private_dir
-from streamfill.app.stack.service import ProcessGroupService, Status
-from streamfill.app.stack.tls import ensure_server_pem, stack_hosts
+from streamfill.cli.stack.pidfile import pid_alive
+from streamfill.cli.stack.postgres import install_os_packages
+from streamfill.cli.stack.process import spawn, wait_until
+from streamfill.cli.stack.secret_file import ensure_secret, generate_password, private_dir
+from streamfill.cli.stack.service import ProcessGroupService, Status
+from streamfill.cli.stack.tls import ensure_server_pem, stack_hosts
 from streamfill import REPO_ROOT
 from streamfill.errors import StackError
 from streamfill.settings import KAFKA_JOBS_USER, Settings

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from streamfill.app import stack
-from streamfill.spark_jobs.runs import console, fail, say
+from streamfill.cli import stack
+from streamfill.console import console, fail, say
 from streamfill.errors import StackError
 from streamfill.settings import get_settings
 

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from streamfill.spark_jobs.runs import console, fail, unreachable
+from streamfill.console import console, fail
+from streamfill.spark_jobs.runs import unreachable
 from streamfill.settings import get_settings
 
 

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamfill.spark_jobs.runs import console, fail
+from streamfill.console import console, fail
 
 app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs file (one per topic).")
 

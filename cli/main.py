@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from streamfill.app.commands import db, demo, jobs, offsets, produce, quality, run, stack
+from streamfill.cli.commands import db, demo, jobs, offsets, produce, quality, run, stack
 
 app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySpark, Airflow and PostgreSQL.")
 
@@ -12,7 +12,7 @@ app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySp
 @app.callback()
 def check_settings() -> None:
     """Every command reads the STREAMFILL_* settings: a bad one stops it here, named, before anything runs."""
-    from streamfill.spark_jobs.runs import fail
+    from streamfill.console import fail
     from streamfill.errors import OptionError
     from streamfill.settings import get_settings
 

@@ -16,11 +16,11 @@ import urllib.request
 from pathlib import Path
 
 
-from streamfill.app.stack.kafka import ensure_secrets
-from streamfill.app.stack.pidfile import cmdline, pid_alive
-from streamfill.app.stack.process import UMASK, children, spawn, wait_until
-from streamfill.app.stack.secret_file import ensure_secret, generate_password
-from streamfill.app.stack.service import ProcessGroupService, Status
+from streamfill.cli.stack.kafka import ensure_secrets
+from streamfill.cli.stack.pidfile import cmdline, pid_alive
+from streamfill.cli.stack.process import UMASK, children, spawn, wait_until
+from streamfill.cli.stack.secret_file import ensure_secret, generate_password
+from streamfill.cli.stack.service import ProcessGroupService, Status
 from streamfill import REPO_ROOT
 from streamfill.orchestration.connections import (
     API_CONNECTION,
@@ -54,7 +54,7 @@ def write_wrapper(settings: Settings) -> Path:
     script = wrapper_dir(settings) / "airflow"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text("#!/bin/sh\n"
-                      "# streamfill: Airflow's log servers would listen on every interface (app/stack/airflow.py)\n"
+                      "# streamfill: Airflow's log servers would listen on every interface (cli/stack/airflow.py)\n"
                       'case "$1" in\n'
                       f'  scheduler|triggerer) exec "{airflow_bin()}" "$@" --skip-serve-logs ;;\n'
                       "esac\n"

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from streamfill.spark_jobs.runs import console, fail, unreachable
+from streamfill.console import console, fail
+from streamfill.spark_jobs.runs import unreachable
 from streamfill import durations
 from streamfill.settings import get_settings
 

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from streamfill.spark_jobs.runs import console, err, fail
+from streamfill.console import console, err, fail
 from streamfill.settings import get_settings
 
 
