@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-matrix constraints soak docs screenshots browser up down status bench-read clean
+.PHONY: install demo test test-unit test-matrix constraints soak docs docs-options screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
@@ -67,6 +67,11 @@ soak: install
 # the documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or a page left out fails
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# the docs' tables of options and settings, written from their declarations (cli/option_docs.py); a unit test
+# fails while a table differs from them
+docs-options: install
+	$(BIN)/python -m streamfill.cli.option_docs --write
 
 up: install
 	$(BIN)/streamfill stack up

@@ -24,12 +24,12 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from cleanup import Leftovers, measured
 from rich.console import Console
 from rich.table import Table
+from shared.freshness_run import quantile
+from shared.freshness_ways import streamfill_way
 from sqlalchemy import create_engine
-
-from freshness import quantile, streamfill_way
-from leftovers import Leftovers, measured
 
 console = Console(width=200)
 STEPS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
@@ -94,7 +94,7 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     work = made.folder(Path(tempfile.mkdtemp(prefix="bench-cycle-")))
     results: dict[str, list] = {"one task per core (maxPartitions)": [], "one task per partition": []}
     for _ in range(args.repeat):
-        for label, per_partition in zip(results, (False, True)):
+        for label, per_partition in zip(results, (False, True), strict=True):
             events = work / f"events-{len(results[label])}-{per_partition}"
             events.mkdir()
             spark = spark_session("bench-cycle", settings, {
@@ -124,12 +124,11 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     for label in results:
         table.add_column(label, justify="right")
     columns = []
-    for label, runs in results.items():
+    for runs in results.values():
         progress = [p for run, _ in runs for p in run.batches.progress.values()
                     if p["timestamp"] >= _iso(run.began + run.settle)]
         executions = [e for run, jobs in runs for e in jobs.values()
                       if sum(j["tasks"] for j in e["jobs"]) > 0 and e["start"] >= (run.began + run.settle) * 1000]
-        med = lambda values: f"{statistics.median(values):,.0f}" if values else "-"  # noqa: E731
         steady = [lag for run, _ in runs for lag in run.steady()]
         columns.append([
             f"{quantile(steady, 50):.2f}", f"{quantile(steady, 99):.2f}", med([p["numInputRows"] for p in progress]),
@@ -142,6 +141,11 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     for i, name in enumerate(rows):
         table.add_row(name, *(column[i] for column in columns))
     console.print(table)
+
+
+def med(values: list[float]) -> str:
+    """A column's cell: the median, or - when no batch gave a value."""
+    return f"{statistics.median(values):,.0f}" if values else "-"
 
 
 def _iso(epoch: float) -> str:

@@ -13,7 +13,7 @@ reads from /proc the wall time and the CPU seconds of:
 
 Prints the medians for each chunk size and, for each process, the CPU one more chunk costs: (small - large) /
 (chunks of small - chunks of large). Needs `streamfill stack up`. At its end, also when it fails, the run removes
-its offsets_db jobs and tables (bench/leftovers.py), and the topic of events unless --keep-topic.
+its offsets_db jobs and tables (bench/cleanup.py), and the topic of events unless --keep-topic.
 
     .venv/bin/python bench/chunk_cost.py [--events 2000000] [--partitions 4] [--large 500000] [--small 50000]
                                          [--repeat 2] [--keep-topic]
@@ -22,31 +22,23 @@ its offsets_db jobs and tables (bench/leftovers.py), and the topic of events unl
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import time
 import uuid
 from pathlib import Path
 
+from cleanup import Leftovers, measured
 from rich.console import Console
 from rich.table import Table
+from shared.events_topic import add_topic_args, topic_with_events
 
-from leftovers import Leftovers, measured
 from streamfill.spark_jobs import backfill
 
 console = Console()
-HERE = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
 KINDS = ("wall", "JVM: JIT compilers", "JVM: GC", "JVM: tasks", "JVM: planning and other", "Python workers",
          "PostgreSQL", "Kafka", "driver Python")
-
-
-def _end_to_end():
-    spec = importlib.util.spec_from_file_location("end_to_end", HERE / "end_to_end.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _stat(pid: int | str, task: str | None = None) -> tuple[str, list[str]] | None:
@@ -121,20 +113,19 @@ def _cmdline(pid: str) -> bytes:
 
 
 def main() -> None:
-    e2e = _end_to_end()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    e2e.add_topic_args(ap)
+    add_topic_args(ap)
     ap.add_argument("--large", type=int, default=500_000, help="the large chunk size (the backfill's default)")
     ap.add_argument("--small", type=int, default=50_000, help="the small chunk size")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs of each size after the warm-up, interleaved")
     args = ap.parse_args()
 
-    measured(measure, args, e2e)
+    measured(measure, args)
 
 
-def measure(e2e, args: argparse.Namespace, settings, made: Leftovers) -> None:
+def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     bootstrap, url = settings.bootstrap_servers, settings.offsets_db_url
-    topic = e2e.topic_with_events(bootstrap, args.events, args.partitions, made)
+    topic = topic_with_events(bootstrap, args.events, args.partitions, made)
 
     from streamfill.spark_jobs.session import spark_session
 

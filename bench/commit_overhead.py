@@ -20,16 +20,19 @@ import time
 import uuid
 
 import pyarrow as pa
+from cleanup import scratch_database
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, text
 
-from streamfill.connectors.postgres import stage, target
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.postgres import stage, target_setup
+from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.postgres.sink_options import SinkOptions
 from streamfill.connectors.postgres.target import Column
-from streamfill.connectors.spark.postgres_sink import Lane, SinkPlan, _commit, _stage, dsn
-from leftovers import scratch_database
-from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.connectors.spark.postgres_commit import commit
+from streamfill.connectors.spark.postgres_plan import Lane, SinkPlan
+from streamfill.connectors.spark.postgres_staging import stage_write
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.settings import get_settings
 
@@ -55,7 +58,7 @@ def rows_batch(partitions: int, count: int, first: int) -> pa.RecordBatch:
 def stream_plan(conn, url: str, table: str, job: str | None) -> SinkPlan:
     """The plan the sink makes for a stream into a new `table` (with `job`, or an atomic write without one)."""
     key = ("topic", "partition", "offset")
-    tgt = target.prepare(conn, None, table, COLUMNS, key)
+    tgt = target_setup.prepare(conn, None, table, COLUMNS, key)
     stg = stage.stage_for(tgt, job or f"{table}-plain", dead_letters=False)
     stage.create(conn, stg, tgt, "stream", 86_400)
     options = SinkOptions(schema=None, table=table, mode="append-new", key=key, version=(), job=job,
@@ -87,12 +90,12 @@ def commit_bench(url: str, batches: int) -> Table:
                 for with_job in ((True, False) if i % 2 else (False, True)):  # alternated: noise hits both alike
                     plan = plans[with_job]
                     if with_job:
-                        store.record_planned(name, [PlannedRange("bench", p, i * per, (i + 1) * per, 0, (i + 1) * per)
+                        store.record_planned(name, [OffsetRange("bench", p, i * per, (i + 1) * per, 0, (i + 1) * per)
                                                     for p in range(partitions)])
                     rows = rows_batch(partitions, per * partitions, i * per)
-                    messages = [_stage(plan, iter([rows]))] if count else []
+                    messages = [stage_write(plan, iter([rows]))] if count else []
                     started = time.perf_counter()
-                    _commit(plan, messages, i)
+                    commit(plan, messages, i)
                     timings[with_job].append((time.perf_counter() - started) * 1000)
             a, b = statistics.median(timings[False]), statistics.median(timings[True])
             table.add_row(str(partitions), f"{count:,}", f"{a:.1f} / {p95(timings[False]):.1f}",
@@ -127,10 +130,10 @@ def stage_bench(url: str, batches: int) -> Table:
         for i in range(batches):
             for kind in (("unlogged", "logged") if i % 2 else ("logged", "unlogged")):
                 name, plan = plans[kind]
-                store.record_planned(name, [PlannedRange("bench", p, i * count // 16, (i + 1) * count // 16, 0,
+                store.record_planned(name, [OffsetRange("bench", p, i * count // 16, (i + 1) * count // 16, 0,
                                                          (i + 1) * count // 16) for p in range(16)])
                 started = time.perf_counter()
-                message = _stage(plan, iter([rows_batch(16, count, i * count // 16)]))
+                message = stage_write(plan, iter([rows_batch(16, count, i * count // 16)]))
                 if kind == "unlogged":
                     counted = time.perf_counter()
                     with conn.cursor() as cur:
@@ -138,7 +141,7 @@ def stage_bench(url: str, batches: int) -> Table:
                     conn.rollback()
                     timings["count"].append((time.perf_counter() - counted) * 1000)
                     started += time.perf_counter() - counted  # the commit counts again below
-                _commit(plan, [message], i)
+                commit(plan, [message], i)
                 timings[kind].append((time.perf_counter() - started) * 1000)
         conn.close()
         u, g, c = (statistics.median(timings[k]) for k in ("unlogged", "logged", "count"))

@@ -5,7 +5,7 @@ Each stage is one Spark job over the whole topic, timed, and each prints seconds
   read + parse     the orders entry's parse (spark_jobs.pipelines.compile), aggregated in the JVM;
   + to Python      the parsed rows handed to a Python worker as Arrow (what the sink receives), counted there;
   from_json only   the entry's from_json on rows cached in the JVM, without the read;
-  typed in read    the same three with the read typing the values (compile.reader_options, the jobs' way).
+  typed in read    the same three with the read typing the values (typed_in_read.reader_options, the jobs' way).
 The difference between two stages is what the later one adds. Uses end_to_end's topic of demo events
 (produced when missing, deleted at the end unless --keep-topic). Needs `streamfill stack up`.
 
@@ -18,22 +18,19 @@ import argparse
 import statistics
 import time
 
+from cleanup import Leftovers, measured
 from rich.console import Console
 from rich.table import Table
-
-from leftovers import Leftovers, add_keep_topic, measured
+from shared.events_topic import add_topic_args
 
 console = Console()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
+    add_topic_args(ap, "--events", "bench_e2e_<events>_<partitions>, shared with end_to_end.py and chunk_cost.py")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per stage, interleaved; the median is reported")
-    add_keep_topic(ap, "bench_e2e_<events>_<partitions>, shared with end_to_end.py and chunk_cost.py")
-    args = ap.parse_args()
-    measured(measure, args)
+    measured(measure, ap.parse_args())
 
 
 def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
@@ -42,9 +39,10 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
 
     from streamfill.connectors.spark import register
     from streamfill.spark_jobs.demo.produce import ensure_topic, produce
+    from streamfill.spark_jobs.kafka_read import rows_of
     from streamfill.spark_jobs.pipelines import entry
-    from streamfill.spark_jobs.pipelines.compile import CORRUPT, reader_options
-    from streamfill.spark_jobs.runs import rows_of
+    from streamfill.spark_jobs.pipelines.envelope import CORRUPT
+    from streamfill.spark_jobs.pipelines.typed_in_read import reader_options
     from streamfill.spark_jobs.session import spark_session
 
     topic = made.topic(f"bench_e2e_{args.events}_{args.partitions}", shared=True)  # the topic end_to_end.py makes

@@ -1,6 +1,6 @@
 """The peak RSS of a process tree, sampled from /proc every 0.2 s in a process of its own (sampling from the
 measured process would take its interpreter's lock from the threads it times). Prints one JSON line, the peaks
-in bytes by kind, once its standard input closes.
+in bytes by kind, once its standard input closes. PeakRss runs it around a block of code.
 
     python bench/peak_rss.py ROOT_PID
 """
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,6 +51,20 @@ def sample(root: int) -> dict[str, int]:
         if kind:
             now[kind] += rss
     return now
+
+
+class PeakRss:
+    """The peak RSS of the driver's Python (this process), its JVM and the Python workers while the block runs,
+    sampled by this script in a process of its own; `peak` once the block ended."""
+
+    def __enter__(self) -> PeakRss:
+        self._sampler = subprocess.Popen([sys.executable, __file__, str(os.getpid())],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        out, _ = self._sampler.communicate("")  # closing its stdin ends the sampling
+        self.peak = json.loads(out.splitlines()[-1])
 
 
 def main() -> None:

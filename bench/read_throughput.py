@@ -31,28 +31,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cleanup import Leftovers, measured
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
+from shared.events_topic import add_topic_args
+from shared.spark_kafka import spark_kafka_jars
 
 from streamfill.connectors.kafka.reader import FETCH_DEFAULTS
-from leftovers import Leftovers, add_keep_topic, measured
-from streamfill import REPO_ROOT
 
 console = Console()
-POM = REPO_ROOT / "bench" / "spark-kafka" / "pom.xml"
-KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2",
-              "postgresql")
-
-
-def spark_kafka_jars(dest: Path) -> list[str]:
-    if not (dest / ".complete").exists() or not list(dest.glob("postgresql-*.jar")):
-        console.print(f"fetching Spark's Kafka source with Maven into {dest}")
-        subprocess.run(["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-                        "-DincludeScope=runtime", f"-DoutputDirectory={dest}"], check=True)
-        (dest / ".complete").touch()
-    return sorted(str(p) for p in dest.glob("*.jar") if p.name.startswith(KAFKA_JARS))
 
 
 def ensure_topic(bootstrap: str, topic: str, messages: int, partitions: int) -> None:
@@ -162,12 +151,9 @@ def timed(read: Callable[[], tuple[int, int]]) -> Callable[[], tuple[int, int, f
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
+    add_topic_args(ap, "--messages", "bench_read_<messages>_<partitions>")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per way; the median is reported")
-    add_keep_topic(ap, "bench_read_<messages>_<partitions>")
-    args = ap.parse_args()
-    measured(measure, args)
+    measured(measure, ap.parse_args())
 
 
 def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:

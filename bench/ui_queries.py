@@ -16,11 +16,11 @@ import argparse
 import statistics
 import time
 
+from cleanup import scratch_database
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, make_url, text
 
-from leftovers import scratch_database
 from streamfill.settings import get_settings
 
 console = Console()

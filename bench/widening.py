@@ -1,5 +1,5 @@
 """Widening a column: how long `ALTER TABLE ... ALTER COLUMN ... TYPE` holds a table's ACCESS EXCLUSIVE lock,
-against the table's size; what connectors/postgres/target.py's REWRITE_LIMIT rests on.
+against the table's size; what connectors/postgres/table_evolution.py's REWRITE_LIMIT rests on.
 
 One table per size of --sizes (MB of pg_total_relation_size: heap, indexes and TOAST), made like a pipeline's:
 topic text, partition integer, "offset" bigint, kafka_timestamp timestamptz, n integer, note text, a UNIQUE index
@@ -34,135 +34,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
-import statistics
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 
-from rich.console import Console
-from rich.table import Table
-
-from leftovers import Leftovers, measured
-from streamfill.connectors.postgres.target import REWRITE_LIMIT
-
-console = Console()
-if not console.is_terminal:
-    console.width = 160  # the medians' table is wide; a pipe or a file would get 80 columns
+from cleanup import Leftovers, measured
+from shared.widening_reader import Reader
+from shared.widening_results import MB, Sample, Sized, console, report
+from shared.widening_sql import ALTERS, CHANGES, CREATE, FILL, LOCK, PACK, RESET, REWRITE, SHORT, statement
 
 SIZES = (8, 32, 64, 128)
-MB = 2**20
 FILL_CHUNK = 500_000  # rows per INSERT ... SELECT while filling
 CALIBRATE = 5_000  # the first chunk's rows, to learn the bytes a row takes
-WARM = 3  # the reader's queries before each ALTER starts
-REWRITE = "integer -> bigint"
-CATALOG = ("numeric(10,2) -> numeric(14,2)", "ADD COLUMN text", "varchar(20) -> text")
-CHANGES = (REWRITE, *CATALOG)
-SHORT = dict(zip(CHANGES, ("rewrite", "numeric", "add column", "varchar")))  # a round's line
-
-CREATE = """CREATE TABLE {t} (topic text NOT NULL, {partition} integer NOT NULL, {offset} bigint NOT NULL,
-    kafka_timestamp timestamptz, n integer, note text, amount numeric(10,2), code varchar(20),
-    UNIQUE ({partition}, {offset}, topic))"""
-# rows `first`..`last`: 4 partitions of one topic, each row's offset its number / 4, a note of about 45 bytes
-FILL = """INSERT INTO {t} (topic, {partition}, {offset}, kafka_timestamp, n, note, amount, code)
-    SELECT %(topic)s, (i %% 4)::int, i / 4, %(anchor)s::timestamptz + i * interval '1 ms', i::int,
-           'order ' || i || ' ' || md5(i::text), ((i %% 1000000) / 100.0)::numeric(10,2),
-           (ARRAY['EUR', 'USD', 'GBP'])[(i %% 3 + 1)::int]
-    FROM generate_series(%(first)s::bigint, %(last)s::bigint) i"""
-ALTERS = {
-    REWRITE: "ALTER TABLE {t} ALTER COLUMN n TYPE bigint",
-    CATALOG[0]: "ALTER TABLE {t} ALTER COLUMN amount TYPE numeric(14,2)",
-    CATALOG[1]: "ALTER TABLE {t} ADD COLUMN extra text",
-    CATALOG[2]: "ALTER TABLE {t} ALTER COLUMN code TYPE text",
-}
-LOCK = "LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE"
-RESET = ("ALTER TABLE {t} ALTER COLUMN n TYPE integer, ALTER COLUMN amount TYPE numeric(10,2), "
-         "ALTER COLUMN code TYPE varchar(20), DROP COLUMN extra")
-# the table rewritten with its rows as RESET leaves them (VACUUM FULL forms each row again, the added column null)
-PACK = ("ALTER TABLE {t} ADD COLUMN extra text", "VACUUM FULL {t}", "ALTER TABLE {t} DROP COLUMN extra")
-READ = "SELECT count(*) FROM {t} WHERE {offset} = %s"
-
-
-def statement(template: str, table: str):
-    from psycopg2 import sql
-
-    return sql.SQL(" ".join(template.split())).format(t=sql.Identifier(table), partition=sql.Identifier("partition"),
-                                                      offset=sql.Identifier("offset"))
-
-
-@dataclass
-class Sample:
-    """One ALTER: its seconds, the table's size before it, whether it rewrote the table, the reader's queries."""
-
-    seconds: float  # ACCESS EXCLUSIVE held: from the lock granted to the commit's end
-    size: int
-    rewrote: bool
-    worst: float  # the reader's longest query that overlapped the ALTER
-    usual: float | None  # the reader's median query that did not
-
-
-@dataclass
-class Sized:
-    """One table of the run and its samples per change, a sample per round."""
-
-    mb: int
-    table: str
-    rows: int = 0
-    samples: dict[str, list[Sample]] = field(default_factory=lambda: {c: [] for c in CHANGES})
-
-
-class Reader:
-    """`SELECT count(*) FROM t WHERE "offset" = %s` in a loop on a thread and a connection of its own, each query's
-    start and end recorded, while the `with` block runs (from WARM queries done to its last query ended)."""
-
-    def __init__(self, conninfo: str, table: str, offsets: int, seed: int) -> None:
-        import psycopg2
-
-        self.conn = psycopg2.connect(conninfo, application_name="bench-widening-reader")
-        self.conn.autocommit = True
-        self.query, self.offsets, self.rng = statement(READ, table), offsets, random.Random(seed)
-        self.queries: list[tuple[float, float]] = []
-        self.stop, self.started, self.error = threading.Event(), threading.Event(), None
-
-    def __enter__(self) -> Reader:
-        self.queries, self.error = [], None
-        self.stop.clear()
-        self.started.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self.started.wait(60)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self._thread.join(300)
-        if self.error is not None and exc[0] is None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            with self.conn.cursor() as cur:
-                while not self.stop.is_set():
-                    offset = self.rng.randrange(self.offsets)
-                    began = time.perf_counter()
-                    cur.execute(self.query, (offset,))
-                    cur.fetchone()
-                    self.queries.append((began, time.perf_counter()))
-                    if len(self.queries) >= WARM:
-                        self.started.set()
-        except Exception as exc:  # noqa: BLE001 - raised in the measuring thread by __exit__
-            self.error = exc
-            self.started.set()
-
-    def during(self, start: float, end: float) -> tuple[float, float | None]:
-        """The longest query that overlapped [start, end] and the median of those that did not."""
-        inside = [e - b for b, e in self.queries if b < end and e > start]
-        outside = [e - b for b, e in self.queries if not (b < end and e > start)]
-        return max(inside, default=0.0), statistics.median(outside) if outside else None
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def scalar(cur, query, params=()):
@@ -256,7 +138,7 @@ def main() -> None:
 def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
     import psycopg2
 
-    from streamfill.connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.postgres.connection import dsn
 
     sizes = sorted({int(x) for x in args.sizes.split(",") if x.strip()})
     conninfo = dsn(settings.offsets_db_url)
@@ -287,34 +169,6 @@ def measure(args: argparse.Namespace, settings, made: Leftovers) -> None:
             reader.close()
         conn.close()
     report(tables, args.repeat)
-
-
-def report(tables: list[Sized], repeat: int) -> None:
-    med = statistics.median
-    table = Table(title=f"ALTER TABLE on a pipeline's table, medians of {repeat} rounds: the rewrite ({REWRITE}), the "
-                        "catalog-only changes, and the reader's longest query during them (the slowest of the three "
-                        "catalog-only ALTERs of a round), seconds")
-    for name in ("MB", "rows", "rewrite s", "MB/s", "reader's worst wait, rewrite s", *(f"{c} s" for c in CATALOG),
-                 "reader's worst wait, catalog-only s", "reader's usual query s"):
-        table.add_column(name, justify="right")
-    points = []
-    for sized in tables:
-        mb = med(s.size for s in sized.samples[REWRITE]) / MB
-        rewrite = med(s.seconds for s in sized.samples[REWRITE])
-        points.append((mb, rewrite))
-        catalog_worst = med(max(sized.samples[c][r].worst for c in CATALOG) for r in range(repeat))
-        usual = [s.usual for c in CHANGES for s in sized.samples[c] if s.usual is not None]
-        table.add_row(f"{mb:,.1f}", f"{sized.rows:,}", f"{rewrite:.3f}", f"{mb / rewrite:,.1f}",
-                      f"{med(s.worst for s in sized.samples[REWRITE]):.3f}",
-                      *(f"{med(s.seconds for s in sized.samples[c]):.4f}" for c in CATALOG),
-                      f"{catalog_worst:.3f}", f"{med(usual):.3f}" if usual else "-")
-    console.print(table)
-    if len({mb for mb, _ in points}) >= 2:
-        slope, fixed = statistics.linear_regression([p[0] for p in points], [p[1] for p in points])
-        limit = REWRITE_LIMIT / MB
-        console.print(f"rewrite fitted over the sizes: {fixed:.3f} s + {slope * 1000:.1f} ms per MB; at REWRITE_LIMIT "
-                      f"({limit:.0f} MB) about {fixed + slope * limit:.2f} s, every reader of the table waiting that "
-                      "long", highlight=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `streamfill` command: one small module per command group (streamfill/commands/), assembled here."""
+"""The `streamfill` command: one small module per command group (cli/commands/), assembled here."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ app = typer.Typer(no_args_is_help=True, help="Kafka batch-plus-streaming on PySp
 @app.callback()
 def check_settings() -> None:
     """Every command reads the STREAMFILL_* settings: a bad one stops it here, named, before anything runs."""
-    from streamfill.console import fail
-    from streamfill.errors import OptionError
+    from streamfill.console import refusals
     from streamfill.settings import get_settings
 
-    try:
+    with refusals():
         get_settings()
-    except OptionError as exc:
-        raise fail(exc) from None
+
+
 app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(offsets.app, name="offsets")

@@ -19,7 +19,7 @@ with DAG("streamfill_demo_revenue", catchup=False, max_active_runs=1, tags=["str
 
         from streamfill.offsets_db.announce_plan import commits_key
         from streamfill.offsets_db.engine import make_engine
-        from streamfill.orchestration.tasks import endpoints
+        from streamfill.orchestration.endpoints import endpoints
 
         engine = make_engine(endpoints().db_url)
         try:

@@ -1,5 +1,5 @@
 """Announcing committed data to Airflow, on offsets_db's side: the commits of a job by number (the outbox each
-commit fills in its own transaction, offsets_db/exactly_once.py), the announcements formed from them and their
+commit fills in its own transaction, offsets_db/batch_commit.py), the announcements formed from them and their
 delivery state, and what one pass of a window's job committed.
 
 Delivery (orchestration/announce.py) goes: `form` records the next announcement with its token and extra before
@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from streamfill.offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
-from streamfill.offsets_db.exactly_once import job_id_of
+from streamfill.offsets_db.job_lookup import resolve_job
 from streamfill.offsets_db.locks import THIS_DATABASE
 from streamfill.offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
 
@@ -54,13 +54,16 @@ class Pending:
 def commits(engine: Engine, job: str, after: int = 0, *, since_batch: int = 0) -> list[Commit]:
     """The job's commits numbered above `after` (and of batches above `since_batch`), in number order."""
     with Session(engine) as s:
-        job_id = job_id_of(s, job)
-        rows = s.execute(
-            select(Batch.commit_no, Batch.seq, Batch.committed_at, Batch.rows_written, Batch.dead_letters,
-                   BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset, BatchOffset.end_offset)
-            .join(BatchOffset, BatchOffset.batch_id == Batch.id, isouter=True)
-            .where(Batch.job_id == job_id, Batch.commit_no > after, Batch.id > since_batch)
-            .order_by(Batch.commit_no)).all()
+        return _commits(s, resolve_job(s, job).id, after, since_batch)
+
+
+def _commits(s: Session, job_id: int, after: int, since_batch: int) -> list[Commit]:
+    rows = s.execute(
+        select(Batch.commit_no, Batch.seq, Batch.committed_at, Batch.rows_written, Batch.dead_letters,
+               BatchOffset.topic, BatchOffset.partition, BatchOffset.start_offset, BatchOffset.end_offset)
+        .join(BatchOffset, BatchOffset.batch_id == Batch.id, isouter=True)
+        .where(Batch.job_id == job_id, Batch.commit_no > after, Batch.id > since_batch)
+        .order_by(Batch.commit_no)).all()
     out: dict[int, Commit] = {}
     for r in rows:
         c = out.get(r.commit_no) or Commit(r.commit_no, r.seq, r.committed_at, r.rows_written or 0,
@@ -76,9 +79,10 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
     """(pass number, what it committed) of a bounded job's newest pass: its commits of batches planned after
     the pass began (the backfill records both in its config). None when the pass committed nothing."""
     with Session(engine) as s:
-        config = s.scalar(select(Job.config).where(Job.id == job_id_of(s, job))) or {}
-    plan = config.get("backfill") or {}
-    found = commits(engine, job, since_batch=int(plan.get("since_batch", 0)))
+        job_id = resolve_job(s, job).id
+        config = s.scalar(select(Job.config).where(Job.id == job_id)) or {}
+        plan = config.get("backfill") or {}
+        found = _commits(s, job_id, 0, int(plan.get("since_batch", 0)))
     if not found:
         return int(plan.get("pass", 1)), None
     covered = covering(found, found[0].number - 1)
@@ -90,7 +94,7 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
              for start, end in ranges]
     with Session(engine) as s:
         held = s.scalar(select(func.count()).select_from(DeadLetter)
-                        .where(DeadLetter.job_id == job_id_of(s, job), or_(*spans)))
+                        .where(DeadLetter.job_id == job_id, or_(*spans)))
     return int(plan.get("pass", 1)), replace(covered, dead_letters=held)
 
 
@@ -100,7 +104,7 @@ def holding(engine: Engine, job: str) -> Iterator[Hold | None]:
     it (two triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the session,
     which PostgreSQL may end at any time: `held` says whether the hold still stands."""
     with Session(engine) as s:
-        job_id = job_id_of(s, job)
+        job_id = resolve_job(s, job).id
     with engine.connect() as conn:
         got = conn.execute(text("SELECT pg_try_advisory_lock(:space, :job) AS got, pg_backend_pid() AS pid, "
                                 "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS since"),
@@ -137,7 +141,7 @@ def held(engine: Engine, hold: Hold) -> bool:
 def pending(engine: Engine, job: str) -> Pending | None:
     """The job's announcement formed but not known delivered (at most one)."""
     with Session(engine) as s:
-        a = s.scalar(select(Announcement).where(Announcement.job_id == job_id_of(s, job),
+        a = s.scalar(select(Announcement).where(Announcement.job_id == resolve_job(s, job).id,
                                                 Announcement.delivered_at.is_(None)))
         return None if a is None else Pending(a.id, a.seq, a.token, a.partition_key, a.extra, a.attempts,
                                                a.created_at)
@@ -148,7 +152,7 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     than `every` old by PostgreSQL's clock) or nothing new was committed. One transaction: the cursor is the
     previous announcement's last commit."""
     with Session(engine) as s, s.begin():
-        job_id = job_id_of(s, job)
+        job_id = resolve_job(s, job).id
         last = s.execute(select(Announcement.seq, Announcement.last_commit, Announcement.created_at,
                                 func.now().label("now"))
                          .where(Announcement.job_id == job_id).order_by(Announcement.seq.desc()).limit(1)).first()
@@ -158,7 +162,8 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
         newest = s.scalar(select(Job.commits).where(Job.id == job_id))
         if newest <= after:
             return None
-    found = commits(engine, job, after)
+    with Session(engine) as s:
+        found = _commits(s, job_id, after, 0)
     if not found:
         return None
     if last is None:  # a first announcement starts at the oldest commit a prune left (offsets_db/retention.py)
@@ -168,7 +173,7 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     # would never match
     extra = to_extra(COMMITS, job, covering(found, after), announcement=seq, uuid=str(token), asset=asset_uri)
     with Session(engine) as s, s.begin():
-        a = Announcement(job_id=job_id_of(s, job), seq=seq, token=token, first_commit=found[0].number,
+        a = Announcement(job_id=job_id, seq=seq, token=token, first_commit=found[0].number,
                          last_commit=found[-1].number, partition_key=commits_key(job, seq), extra=extra)
         s.add(a)
         s.flush()
@@ -199,7 +204,7 @@ def delivered(engine: Engine, announcement_id: int, airflow_event_id: int) -> No
 def announced(engine: Engine, job: str) -> list[dict[str, Any]]:
     """What the job's delivered announcements said (their extras' streamfill part), in order."""
     with Session(engine) as s:
-        extras = s.scalars(select(Announcement.extra).where(Announcement.job_id == job_id_of(s, job),
+        extras = s.scalars(select(Announcement.extra).where(Announcement.job_id == resolve_job(s, job).id,
                                                             Announcement.delivered_at.is_not(None))
                            .order_by(Announcement.seq)).all()
     return [from_extra(extra) for extra in extras]
@@ -219,5 +224,5 @@ def lineage_run_of(engine: Engine, job: str, commit: int) -> str | None:
     """The OpenLineage run id of the launch that made commit number `commit` of the job."""
     with Session(engine) as s:
         found = s.scalar(select(Run.lineage_run_id).join(Batch, Batch.run_id == Run.id)
-                         .where(Batch.job_id == job_id_of(s, job), Batch.commit_no == commit))
+                         .where(Batch.job_id == resolve_job(s, job).id, Batch.commit_no == commit))
         return None if found is None else str(found)

@@ -13,9 +13,8 @@ from typing import Any
 
 from sqlalchemy import Engine, column, select, table
 
-from streamfill.offsets_db.schema import statement
-
 from streamfill.names import parse_table
+from streamfill.offsets_db.schema import statement
 
 OVERVIEW = """
 SELECT j.id, j.name, j.kind, j.config, r.status, r.dag_id, r.airflow_run_id, r.started_at, r.ended_at,

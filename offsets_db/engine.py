@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg2
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import OperationalError
 
+from streamfill.bounded_cache import BoundedCache
 from streamfill.errors import StreamfillError
 from streamfill.offsets_db import schema
 from streamfill.pg import connect_args
@@ -22,16 +24,25 @@ def make_engine(url: str, options: str = "", **kwargs) -> Engine:
                          execution_options={"schema_translate_map": schema.translate_map()}, **kwargs)
 
 
-_shared: dict[str, Engine] = {}
+SHARED_ENGINES = 8  # databases a process keeps an engine for; past that the least recently used is disposed
+
+
+def _shared_engine_for(url: str) -> Engine:
+    return make_engine(url, pool_size=2)
+
+
+def _dispose(_url: str, engine: Engine) -> None:
+    engine.dispose()
+
+
+_shared: BoundedCache[str, Engine] = BoundedCache(SHARED_ENGINES, close=_dispose)
 
 
 def shared_engine(url: str) -> Engine:
     """One engine per database in this process, for Spark's Python workers that plan or commit batch after
     batch (the source's plans, the sink's commits): each reuses its connection instead of opening one per batch.
     Two pooled connections: a lease keeps one for the launch's life (`fencing.acquire`), the work uses the other."""
-    if url not in _shared:
-        _shared[url] = make_engine(url, pool_size=2)
-    return _shared[url]
+    return _shared.get(url, lambda: _shared_engine_for(url))
 
 
 def dispose_shared() -> None:
@@ -50,11 +61,25 @@ class OffsetsDbUnreachable(StreamfillError):
                          "stack up` or set STREAMFILL_DB_URL")
 
 
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = [psycopg2.OperationalError]
+    try:
+        import psycopg
+    except ImportError:  # psycopg 3 is optional: SQLAlchemy picks it only for postgresql+psycopg URLs
+        pass
+    else:
+        found.append(psycopg.OperationalError)
+    return tuple(found)
+
+
+_DRIVER_UNREACHABLE = _driver_errors()
+
+
 @contextmanager
 def reaching(url: str) -> Iterator[None]:
     """A connection refused or lost inside is raised as OffsetsDbUnreachable, naming the database without its
-    password."""
+    password. A raw DBAPI connection (psycopg2's or psycopg's) raises its driver's own OperationalError."""
     try:
         yield
-    except OperationalError as exc:
+    except (OperationalError, *_DRIVER_UNREACHABLE) as exc:
         raise OffsetsDbUnreachable(url, exc) from None

@@ -26,10 +26,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from streamfill.errors import Fenced, JobBusy
 from streamfill.offsets_db import schema
 from streamfill.offsets_db.locks import THIS_DATABASE
 from streamfill.offsets_db.models import JobLease
-from streamfill.errors import Fenced, JobBusy
 
 log = logging.getLogger("streamfill.fencing")
 

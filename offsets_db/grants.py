@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from streamfill.errors import MissingGrant
 from streamfill.offsets_db import schema as home
 from streamfill.offsets_db.schema import quote
-from streamfill.errors import MissingGrant
 
 WRITE = ("SELECT", "INSERT", "UPDATE", "DELETE")
 

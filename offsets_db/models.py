@@ -8,15 +8,14 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    MetaData,
     Boolean,
     CheckConstraint,
     DateTime,
-    Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
+    MetaData,
     Numeric,
     String,
     Text,

@@ -8,12 +8,11 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, select
 
-from streamfill.offsets_db import schema
-from streamfill.offsets_db.schema import statement
-
-from streamfill.offsets_db.models import Job
 from streamfill.errors import UnknownJob
 from streamfill.names import validate_job_name
+from streamfill.offsets_db import schema
+from streamfill.offsets_db.models import Job
+from streamfill.offsets_db.schema import statement
 
 # view -> (columns shown, time column for --since, order)
 VIEWS: dict[str, tuple[list[str], str | None, str]] = {

@@ -10,9 +10,9 @@ from psycopg2 import sql
 from sqlalchemy import Engine, or_, select
 from sqlalchemy.orm import Session
 
+from streamfill.names import parse_table
 from streamfill.offsets_db import schema
 from streamfill.offsets_db.models import Batch, BatchOffset, Job, QualityResult, RetentionHorizon, Run
-from streamfill.names import parse_table
 
 Range = tuple[str, int, int, int]  # topic, partition, [start, end)
 

@@ -21,10 +21,10 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from streamfill.offsets_db import schema
-from streamfill.offsets_db.fencing import held_sql
 from streamfill.errors import UnknownJob
 from streamfill.names import window_jobs_like
+from streamfill.offsets_db import schema
+from streamfill.offsets_db.fencing import held_sql
 from streamfill.retention import Retention
 
 CHUNK = 500
@@ -194,7 +194,7 @@ def _window_jobs(engine: Engine, cutoff: datetime, among: set[int], apply: bool,
             progress(f"would remove {len(found):,} interval windows' jobs whole (the oldest: {found[0][1]})")
         return ids, len(found)
     removed = 0
-    for job_id, name in found:
+    for job_id, _ in found:
         try:
             with engine.begin() as conn:
                 _short_locks(conn)

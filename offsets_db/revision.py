@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from streamfill.offsets_db import schema
 from streamfill import requirements
 from streamfill.errors import RevisionMismatch
+from streamfill.offsets_db import schema
 
 UPGRADE = "stop the streams, then run `streamfill db upgrade` (docs/upgrading.md)"
 

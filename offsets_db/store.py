@@ -1,5 +1,5 @@
 """The API the connector and the jobs use: jobs and their kinds, runs, totals, and the exactly-once protocol's
-steps (`offsets_db.exactly_once`, where they are implemented).
+steps (implemented in `offsets_db.plans`, `offsets_db.batch_commit` and `offsets_db.resume`).
 
 Every write is one transaction; SQL is built by SQLAlchemy with bound parameters only.
 """
@@ -15,15 +15,18 @@ from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from streamfill.offsets_db import exactly_once, fencing
-from streamfill.offsets_db.engine import make_engine
-from streamfill.offsets_db.exactly_once import LossRecord, PlannedRange, Positions, job_id_of
-from streamfill.offsets_db.fencing import Holder, Lease
-from streamfill.offsets_db.models import Batch, Job, QualityResult, Run, Snapshot
+from streamfill.connectors.kafka.data_loss import DataLoss
+from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.errors import CheckpointMismatch, JobKindMismatch
 from streamfill.names import validate_job_name
+from streamfill.offsets_db import batch_commit, fencing, plans, resume
+from streamfill.offsets_db.engine import make_engine
+from streamfill.offsets_db.fencing import Holder, Lease
+from streamfill.offsets_db.job_lookup import resolve_job
+from streamfill.offsets_db.models import Batch, Job, QualityResult, Run, Snapshot
+from streamfill.partitions import Positions
 
-__all__ = ["OffsetStore", "PlannedRange", "CheckpointMismatch", "JobKindMismatch"]
+__all__ = ["OffsetStore", "CheckpointMismatch", "JobKindMismatch"]
 
 
 class OffsetStore:
@@ -64,11 +67,10 @@ class OffsetStore:
 
     def hold(self, job: str, *, wait_s: float = 0, wait_hint: str = "",
              on_wait: Callable[[Holder], None] | None = None) -> Lease:
-        """Take the job for this launch (docs/guarantees.md): JobBusy names the launch holding
-        it, unless it ends within
-        `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
+        """Take the job for this launch (docs/guarantees.md): JobBusy names the launch holding it, unless it ends
+        within `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
         with Session(self.engine) as s:
-            job_id = job_id_of(s, job)
+            job_id = resolve_job(s, job).id
         return fencing.acquire(self.engine, job, job_id, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
 
     def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
@@ -80,7 +82,7 @@ class OffsetStore:
         Called by the launch holding the job (`hold`): launches still marked running were killed before they
         could say so (SIGKILL, a lost machine) and become `lost`; `on_lost` gets their OpenLineage run ids."""
         with Session(self.engine) as s, s.begin():
-            job_id = job_id_of(s, job)
+            job_id = resolve_job(s, job).id
             lost = s.scalars(update(Run).where(Run.job_id == job_id, Run.status == "running")
                              .values(status="lost", ended_at=func.now()).returning(Run.lineage_run_id)).all()
             run = Run(job_id=job_id, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
@@ -125,32 +127,32 @@ class OffsetStore:
 
     # the exactly-once protocol's steps, for callers that hold a store
 
-    def record_planned(self, job: str, ranges: Iterable[PlannedRange], *, start: Positions | None = None,
-                       losses: Iterable[LossRecord] = (), spark_batch_id: int | None = None,
+    def record_planned(self, job: str, ranges: Iterable[OffsetRange], *, start: Positions | None = None,
+                       losses: Iterable[DataLoss] = (), spark_batch_id: int | None = None,
                        run_id: int | None = None, generation: int | None = None,
                        from_checkpoint: bool = False) -> int:
-        return exactly_once.record_plan(self.engine, job, ranges, start=start, losses=losses,
-                                        spark_batch_id=spark_batch_id, run_id=run_id, generation=generation,
-                                        from_checkpoint=from_checkpoint)
+        return plans.record_plan(self.engine, job, ranges, start=start, losses=losses,
+                                 spark_batch_id=spark_batch_id, run_id=run_id, generation=generation,
+                                 from_checkpoint=from_checkpoint)
 
-    def record_losses(self, job: str, losses: Iterable[LossRecord]) -> None:
-        exactly_once.record_losses(self.engine, job, losses)
+    def record_losses(self, job: str, losses: Iterable[DataLoss]) -> None:
+        plans.record_losses(self.engine, job, losses)
 
     def commit(self, job: str, batch_id: int, rows_written: int = 0, dead_letters: int = 0) -> bool:
-        return exactly_once.commit(self.engine, job, batch_id, rows_written, dead_letters)
+        return batch_commit.commit(self.engine, job, batch_id, rows_written, dead_letters)
 
     def commit_through(self, job: str, end: Positions, generation: int | None = None) -> bool:
-        return exactly_once.commit_through(self.engine, job, end, generation)
+        return batch_commit.commit_through(self.engine, job, end, generation)
 
     def first_start(self, job: str) -> Positions:
-        return exactly_once.first_start(self.engine, job)
+        return resume.first_start(self.engine, job)
 
     def pin_start(self, job: str, start: Positions, generation: int | None = None) -> bool:
-        return exactly_once.pin_start(self.engine, job, start, generation)
+        return resume.pin_start(self.engine, job, start, generation)
 
     def snapshot(self, job: str) -> Positions:
         """The resume state: next offset per (topic, partition); empty for a job never committed."""
-        return exactly_once.resume_state(self.engine, job)
+        return resume.resume_state(self.engine, job)
 
     def batch_totals(self, job: str, since_batch: int = 0) -> tuple[int, int, int]:
         """(committed batches, rows written, dead letters) of the job's batches with id > since_batch."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from streamfill.errors import AirflowError
 from streamfill.settings import Settings
+from streamfill.urls import without_password
 
 __all__ = ["AirflowApi", "AirflowError"]
 
@@ -30,7 +31,8 @@ class AirflowApi:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 self.token = json.loads(resp.read())["access_token"]
         except urllib.error.URLError as exc:
-            raise AirflowError(f"cannot log in to Airflow at {self.base}: {exc}. Start it with `streamfill stack up`")
+            raise AirflowError(f"cannot log in to Airflow at {without_password(self.base)}: {exc}. Start it with "
+                               "`streamfill stack up`") from None
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         req = urllib.request.Request(f"{self.base}{path}", method=method,

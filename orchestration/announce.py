@@ -26,13 +26,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
+from streamfill import failpoints
+from streamfill.datasets import PgTable
+from streamfill.errors import AirflowError, UnknownJob
 from streamfill.offsets_db import announcements, revision
 from streamfill.offsets_db.announcements import Hold, Pending
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.orchestration.connections import API_CONNECTION
-from streamfill import failpoints
-from streamfill.datasets import PgTable
-from streamfill.errors import AirflowError, UnknownJob
 
 log = logging.getLogger("streamfill.announce")
 
@@ -69,9 +69,7 @@ class Announcer:
         if pending.attempts > 0:
             found = self._find(api, asset, pending)
             if found is not None:
-                announcements.delivered(self.engine, pending.id, found)
-                self._unanswered.pop(pending.id, None)
-                self._said(pending, found, "found in Airflow after an interrupted delivery")
+                self._delivered(pending, found, "found in Airflow after an interrupted delivery")
                 return 0.0
             if pending.id not in self._unanswered:  # attempted by another process, or before a restart
                 self._unanswered[pending.id] = time.monotonic()
@@ -91,9 +89,7 @@ class Announcer:
                 self._unanswered[pending.id] = -math.inf  # nothing of it can land: the next step sends again
             raise
         failpoints.hit("announce.posted")
-        announcements.delivered(self.engine, pending.id, event)
-        self._unanswered.pop(pending.id, None)
-        self._said(pending, event, "delivered")
+        self._delivered(pending, event, "delivered")
         return 0.0
 
     def _lineage(self, pending: Pending) -> None:
@@ -171,7 +167,10 @@ class Announcer:
         return next((e["id"] for e in api.asset_events(asset, since)
                      if ((e.get("extra") or {}).get("streamfill") or {}).get("uuid") == token), None)
 
-    def _said(self, pending: Pending, event: int, how: str) -> None:
+    def _delivered(self, pending: Pending, event: int, how: str) -> None:
+        """Record the announcement as delivered as asset event `event`, then tell lineage and the log."""
+        announcements.delivered(self.engine, pending.id, event)
+        self._unanswered.pop(pending.id, None)
         self._lineage(pending)
         body = pending.extra["streamfill"]
         log.info("announcement %s of job %s (commits %s-%s, %s rows, %s dead letters) %s as asset event %s",
@@ -189,5 +188,5 @@ def _never_stored(exc: Exception) -> bool:
 def _quietly(call: Callable):
     try:
         return call()
-    except Exception:  # noqa: BLE001 - recording a failure must not hide the failure itself
+    except Exception:  # recording a failure must not hide the failure itself
         return None

@@ -71,10 +71,11 @@ async def in_threads(calls: Sequence[Callable[[], None]], stop: threading.Event)
         outcome: BaseException | None = None
         try:
             call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # handed to the awaiting coroutine, which raises it
             outcome = exc
 
-        def settle() -> None:
+        def complete_future() -> None:
+            """The call's outcome as the future's, unless the awaiting coroutine was cancelled meanwhile."""
             if future.done():
                 return
             if outcome is None:
@@ -83,11 +84,11 @@ async def in_threads(calls: Sequence[Callable[[], None]], stop: threading.Event)
                 future.set_exception(outcome)
 
         try:
-            loop.call_soon_threadsafe(settle)
+            loop.call_soon_threadsafe(complete_future)
         except RuntimeError:
             pass  # the loop is closed: the triggerer is gone, and nothing awaits
 
-    for call, future in zip(calls, ended):
+    for call, future in zip(calls, ended, strict=True):
         threading.Thread(target=body, args=(call, future), daemon=True, name="streamfill-announcer").start()
     try:
         await asyncio.gather(*ended)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from airflow.sdk import Asset
 
-from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.datasets import PgTable
 from streamfill.settings import get_settings
+from streamfill.spark_jobs.pipelines import PipelineSpec
 
 WATCHER = "streamfill_announcer"  # the name of a table's watcher in Airflow (one per asset)
 

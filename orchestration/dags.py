@@ -35,11 +35,11 @@ from datetime import timedelta
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, MODES, REPLACE
+from streamfill.names import window_job
 from streamfill.orchestration import assets, dag_ids
-from streamfill.orchestration.jobs_file import pin
+from streamfill.orchestration.jobs_file_variable import pin
 from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
 from streamfill.spark_jobs.pipelines import PipelineSpec, load
-from streamfill.names import window_job
 
 SPEC_PATTERN = r"^(earliest|latest|\{.*\}|\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)$"
 TAGS = ["streamfill"]
@@ -50,45 +50,50 @@ JOBS: dict[str, PipelineSpec] = {}
 
 @task
 def run_stream(job: str) -> None:
-    from streamfill.orchestration import tasks
-    from streamfill.spark_jobs.runs import argv
-    from streamfill.spark_jobs.stream import StreamArgs
     from streamfill.durations import stop_grace_seconds
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.form_checks import refuse_unknown_conf
+    from streamfill.orchestration.spark_submit import retry_wait, spark_submit
+    from streamfill.spark_jobs.job_flags import argv
+    from streamfill.spark_jobs.stream_args import StreamArgs
 
     spec, ctx = JOBS[job], get_current_context()
-    tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     trigger = ctx["params"]["trigger"] or spec.trigger
     # a retry waits for a launch of the job still stopping: it holds the job while it commits its batch in flight
-    wait = tasks.retry_wait(stop_grace_seconds(spec.stop_grace, "stop_grace"))
-    tasks.spark_submit("stream.py", argv(StreamArgs, job=spec.name, trigger=trigger, wait_for_job=wait),
-                       tasks.endpoints(), graceful=True)
+    wait = retry_wait(stop_grace_seconds(spec.stop_grace, "stop_grace"))
+    spark_submit("stream.py", argv(StreamArgs, job=spec.name, trigger=trigger, wait_for_job=wait), endpoints(),
+                 graceful=True)
 
 
 @task
 def check_health(job: str) -> None:
-    from streamfill.orchestration import tasks
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.stream_health import health
 
-    spec, ends = JOBS[job], tasks.endpoints()
-    health = tasks.health(ends.db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
-                          spec.health.max_lag, ends.kafka)
-    print(f"job {spec.name}: last commit {health.last_commit}, worst partition lag {health.max_lag}"
-          + ("; at the log end of every partition (nothing to read)" if health.caught_up else ""))
-    if health.problems:
-        raise RuntimeError("; ".join(health.problems))
+    spec, ends = JOBS[job], endpoints()
+    found = health(ends.db_url, spec.name, timedelta(minutes=spec.health.max_commit_age_minutes),
+                   spec.health.max_lag, ends.kafka)
+    print(f"job {spec.name}: last commit {found.last_commit}, worst partition lag {found.max_lag}"
+          + ("; at the log end of every partition (nothing to read)" if found.caught_up else ""))
+    if found.problems:
+        raise RuntimeError("; ".join(found.problems))
 
 
 @task
 def backfill_window(job: str) -> str:
-    from streamfill.orchestration import tasks
-    from streamfill.spark_jobs.backfill import BackfillArgs
-    from streamfill.spark_jobs.runs import argv
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.spark_submit import RETRY_WAIT, spark_submit
+    from streamfill.orchestration.window_event import iso
+    from streamfill.spark_jobs.backfill_args import BackfillArgs
+    from streamfill.spark_jobs.job_flags import argv
 
     spec, ctx = JOBS[job], get_current_context()
     start, end = ctx["data_interval_start"], ctx["data_interval_end"]
     name = window_job(spec.name, start)
-    tasks.spark_submit("backfill.py", argv(BackfillArgs, job=name, pipeline=spec.name, topic=spec.topic,
-                                           from_=tasks.iso(start), to=tasks.iso(end), table=spec.interval_target,
-                                           mode=REPLACE, wait_for_job=tasks.RETRY_WAIT), tasks.endpoints())
+    spark_submit("backfill.py", argv(BackfillArgs, job=name, pipeline=spec.name, topic=spec.topic, from_=iso(start),
+                                     to=iso(end), table=spec.interval_target, mode=REPLACE, wait_for_job=RETRY_WAIT),
+                 endpoints())
     return name
 
 
@@ -96,11 +101,12 @@ def backfill_window(job: str) -> str:
 def announce_window(job: str, window_job: str) -> None:
     """The window's asset event: its start as the partition key, what it committed in the extra (the task's
     outlet is the windows' table)."""
-    from streamfill.orchestration import tasks
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.window_event import window_event
 
     ctx = get_current_context()
-    key, extra = tasks.window_event(tasks.endpoints().db_url, job, window_job, ctx["data_interval_start"],
-                                    ctx["data_interval_end"])
+    key, extra = window_event(endpoints().db_url, job, window_job, ctx["data_interval_start"],
+                              ctx["data_interval_end"])
     event = ctx["outlet_events"][ctx["task"].outlets[0]]
     event.extra = extra
     event.add_partitions(key)
@@ -123,26 +129,30 @@ def validate_replay() -> dict:
     (orchestration/replay_access.py), then against the broker and offsets_db (from after to, unknown
     partitions, times in the future, ranges below the log start)."""
     from streamfill.connectors.kafka.broker import Broker
-    from streamfill.offsets_db.store import OffsetStore
-    from streamfill.orchestration import replay_access, tasks
-    from streamfill.spark_jobs import backfill
     from streamfill.errors import OptionError
+    from streamfill.offsets_db.store import OffsetStore
+    from streamfill.orchestration import replay_access
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.form_checks import as_form_error, refuse_unknown_conf
+    from streamfill.orchestration.job_names import replay_job
+    from streamfill.spark_jobs.backfill_args import BackfillArgs
+    from streamfill.spark_jobs.backfill_prepare import check_job, resolve
 
     ctx = get_current_context()
     params = ctx["params"]
-    tasks.refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
+    refuse_unknown_conf(ctx["dag"].dag_id, ctx["dag_run"].conf or {}, ctx["dag"].params)
     spec = JOBS[params["job"]]
     table = params["table"] or replay_access.default_table(spec)
     replay_access.require(ctx["dag_run"], spec, table)
-    ends = tasks.endpoints()
+    ends = endpoints()
     try:
-        job = tasks.replay_job(spec.name, params["from"], params["to"], table)
-        args = backfill.BackfillArgs(job=job, topic=spec.topic, from_=params["from"], to=params["to"], table=table,
-                                     mode=params["mode"], chunk_size=params["chunk_size"], pipeline=spec.name)
-        backfill.check_job(args, OffsetStore(ends.db_url))
-        window = backfill.resolve(args, Broker(ends.kafka))
+        job = replay_job(spec.name, params["from"], params["to"], table)
+        args = BackfillArgs(job=job, topic=spec.topic, from_=params["from"], to=params["to"], table=table,
+                            mode=params["mode"], chunk_size=params["chunk_size"], pipeline=spec.name)
+        check_job(args, OffsetStore(ends.db_url))
+        window = resolve(args, Broker(ends.kafka))
     except OptionError as exc:
-        raise tasks.as_form_error(exc) from None
+        raise as_form_error(exc) from None
     print(f"replay {args.job}: {window.total:,} offsets of {spec.topic} into {table} ({args.mode})")
     return {"job": args.job, "topic": spec.topic, "from": args.from_, "to": args.to, "table": table,
             "mode": args.mode, "chunk_size": args.chunk_size, "pipeline": spec.name}
@@ -150,32 +160,36 @@ def validate_replay() -> dict:
 
 @task
 def run_replay(plan: dict) -> str:
-    from streamfill.orchestration import replay_access, tasks
-    from streamfill.spark_jobs.backfill import BackfillArgs
-    from streamfill.spark_jobs.runs import argv
+    from streamfill.orchestration import replay_access
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.job_names import replay_job
+    from streamfill.orchestration.spark_submit import RETRY_WAIT, spark_submit
+    from streamfill.spark_jobs.backfill_args import BackfillArgs
+    from streamfill.spark_jobs.job_flags import argv
 
     # the plan as it is launched, however it reached this task (a cleared task reads it from XCom again): its
     # topic and job are the entry's and the form's again, never whatever the plan says
     spec = JOBS[plan["pipeline"]]
     replay_access.require(get_current_context()["dag_run"], spec, plan["table"])
-    plan = {**plan, "topic": spec.topic, "job": tasks.replay_job(spec.name, plan["from"], plan["to"], plan["table"])}
-    tasks.spark_submit("backfill.py", argv(BackfillArgs, job=plan["job"], topic=plan["topic"], from_=plan["from"],
-                                           to=plan["to"], table=plan["table"], mode=plan["mode"],
-                                           chunk_size=plan["chunk_size"], pipeline=plan["pipeline"],
-                                           wait_for_job=tasks.RETRY_WAIT), tasks.endpoints())
+    plan = {**plan, "topic": spec.topic, "job": replay_job(spec.name, plan["from"], plan["to"], plan["table"])}
+    spark_submit("backfill.py", argv(BackfillArgs, job=plan["job"], topic=plan["topic"], from_=plan["from"],
+                                     to=plan["to"], table=plan["table"], mode=plan["mode"],
+                                     chunk_size=plan["chunk_size"], pipeline=plan["pipeline"],
+                                     wait_for_job=RETRY_WAIT), endpoints())
     return plan["job"]
 
 
 @task
 def quality(checked_job: str, table: str, pipeline: str, whole_table: bool = False,
             fresh_minutes: int | None = None) -> None:
-    from streamfill.orchestration import tasks
+    from streamfill.orchestration.endpoints import endpoints
+    from streamfill.orchestration.task_lineage import lineage_parent
     from streamfill.spark_jobs import quality as q
 
-    ends = tasks.endpoints()
+    ends = endpoints()
     outcome = q.validate(ends.db_url, table, checked_job, pipeline=pipeline, whole_table=whole_table,
                          freshness=timedelta(minutes=fresh_minutes) if fresh_minutes else None,
-                         schema_registry=ends.schema_registry or None, parent=tasks.lineage_parent())
+                         schema_registry=ends.schema_registry or None, parent=lineage_parent())
     q.require(outcome)
 
 
@@ -235,12 +249,12 @@ def _entry_dags(spec: PipelineSpec, tables: assets.EntryAssets) -> list[DAG]:
 
 @task
 def prune_history() -> None:
-    from streamfill.orchestration import tasks
-    from streamfill.spark_jobs.maintenance import prune
+    from streamfill.orchestration.endpoints import endpoints
     from streamfill.settings import get_settings
+    from streamfill.spark_jobs.maintenance import prune
 
     apply = bool(get_current_context()["params"]["apply"])
-    pruned = prune(tasks.endpoints().db_url, get_settings().retention(), apply=apply,
+    pruned = prune(endpoints().db_url, get_settings().retention(), apply=apply,
                    progress=lambda line: print(line, flush=True))
     print("\n".join(pruned.lines()), flush=True)
 

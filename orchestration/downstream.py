@@ -24,11 +24,11 @@ from typing import Any
 
 from airflow.sdk import Asset
 
+from streamfill.names import parse_table
 from streamfill.offsets_db.announce_plan import from_extra
 from streamfill.orchestration import assets
-from streamfill.orchestration.jobs_file import pin
+from streamfill.orchestration.jobs_file_variable import pin
 from streamfill.spark_jobs.pipelines import load
-from streamfill.names import parse_table
 
 
 def stream_asset(name: str) -> Asset:

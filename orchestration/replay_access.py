@@ -19,9 +19,10 @@ import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 
+from streamfill.errors import StreamfillError
 from streamfill.orchestration import dag_ids
 from streamfill.spark_jobs.pipelines import PipelineSpec
-from streamfill.errors import StreamfillError
+from streamfill.urls import without_password
 
 # how Airflow records a run started by its own CLI (DagRunTriggeredByType): on a host with its database
 HOST_TRIGGERS = frozenset({"cli", "test"})
@@ -121,5 +122,5 @@ def ask(dag_id: str, run_id: str, dags: list[str]) -> Trigger:
         return Trigger.from_json(api.call("GET", f"{PREFIX}{TRIGGER_ACCESS}?{query}"))
     except (StreamfillError, urllib.error.URLError, OSError, KeyError, ValueError) as exc:
         detail = exc.read().decode(errors="replace")[:300] if isinstance(exc, urllib.error.HTTPError) else ""
-        raise ReplayRefused(f"replay refused: asking Airflow's API at {api_base(conn)} {what} failed: {exc} "
-                            f"{detail}; {fix}") from None
+        raise ReplayRefused(f"replay refused: asking Airflow's API at {without_password(api_base(conn))} {what} "
+                            f"failed: {exc} {detail}; {fix}") from None

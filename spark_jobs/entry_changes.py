@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamfill.connectors.postgres.target import holds
+from streamfill.connectors.postgres.column_types import holds_every_value
 from streamfill.connectors.postgres.widening import widening
-from streamfill.spark_jobs.pipelines import Column, PipelineSpec
 from streamfill.errors import OptionError
+from streamfill.spark_jobs.pipelines import ColumnSpec, PipelineSpec
 
 FOLLOWED_FIELDS = ("columns",)
 # how and when the stream runs and what runs beside it: the launch reads them once, and none changes a row. Every
@@ -86,7 +86,7 @@ def compare(running: PipelineSpec, fresh: PipelineSpec, table: str) -> EntryChan
     return EntryChanges(_following(running, fresh), tuple(followed), (), ignored)
 
 
-def _column(name: str, was: Column | None, now: Column | None, key: list[str], table: str,
+def _column(name: str, was: ColumnSpec | None, now: ColumnSpec | None, key: list[str], table: str,
             where: str) -> str | Refusal | None:
     """One column's change: what the stream follows (described), a refusal, or None when it is the same."""
     if now is None:
@@ -122,7 +122,7 @@ def _column(name: str, was: Column | None, now: Column | None, key: list[str], t
 
 def _retyped(name: str, old: str, new: str, old_pg: str, new_pg: str, table: str, where: str) -> Refusal:
     """A type changed to one that does not safely widen the old one."""
-    if holds(old_pg, new_pg):
+    if holds_every_value(old_pg, new_pg):
         fix = f"{RESTART}: the table's column stays {old_pg}, which holds every {new} value"
     else:
         column = _quoted(name)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from streamfill.spark_jobs.entry_changes import EntryChanges, compare
-from streamfill.spark_jobs.pipelines import PipelineSpec, registry
-from streamfill.spark_jobs.runs import entry_of
 from streamfill.errors import StreamfillError
+from streamfill.spark_jobs.entry_changes import EntryChanges, compare
+from streamfill.spark_jobs.launch_args import entry_of
+from streamfill.spark_jobs.pipelines import PipelineSpec, registry
 
 # the jobs file is a local file, cheap to read and parse: often enough that a change is seen within a few
 # batches, seldom enough to cost nothing beside them

@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from openlineage.client.event_v2 import RunEvent, RunState
 
-from streamfill.spark_jobs.lineage_events import DEFAULT_NAMESPACE, NAMESPACE_SETTING, Named, Parent, run_event
 from streamfill.errors import OptionError, first_lines
+from streamfill.spark_jobs.lineage_events import DEFAULT_NAMESPACE, NAMESPACE_SETTING, Named, Parent, run_event
 
 log = logging.getLogger("streamfill.lineage")
 

@@ -31,10 +31,10 @@ from openlineage.client.facet_v2 import (
 from openlineage.client.uuid import generate_static_uuid
 
 from streamfill.changes import SOURCE_POSITION, SOURCE_POSITION_TYPE
+from streamfill.errors import OptionError
 from streamfill.spark_jobs.pipelines.columns import COORDINATE_TYPES
 from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 from streamfill.spark_jobs.pipelines.types import parse_type
-from streamfill.errors import OptionError
 
 
 def _version(package: str) -> str:

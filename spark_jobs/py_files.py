@@ -22,7 +22,7 @@ from streamfill import SUBPACKAGES
 from streamfill.errors import OptionError, StreamfillError
 
 OVERRIDE_ENV = "STREAMFILL_SPARK_PY_FILES"
-# what the jobs import, on the driver and in the executors: the layering keeps them off orchestration and app
+# what the jobs import, on the driver and in the executors: the layering keeps them off orchestration and cli
 PACKAGES = ("streamfill", "streamfill.connectors", "streamfill.offsets_db", "streamfill.spark_jobs")
 # the archives Spark puts on a Python worker's sys.path (PySpark's SparkContext.PACKAGE_EXTENSIONS, less .jar)
 IMPORTABLE = (".zip", ".egg")

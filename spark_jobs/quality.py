@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from streamfill.datasets import PgTable
+from streamfill.errors import QualityFailed
 from streamfill.offsets_db import reconcile
 from streamfill.offsets_db.engine import make_engine
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.spark_jobs import lineage, pipelines
 from streamfill.spark_jobs.lineage_events import Parent, assertions_facet, assertions_of, input_dataset, quality_job
 from streamfill.spark_jobs.pipelines import expectations, registry
-from streamfill.datasets import PgTable
-from streamfill.errors import QualityFailed
 
 COORDINATES = ("topic", "partition", "offset")
 
@@ -81,7 +81,8 @@ def _validate(db_url: str, table: str, job: str, pipeline: str, whole_table: boo
             return outcome, None
         subset_q, reconcile_q = reconcile.checked_rows_and_reconciliation(engine, table, ranges, whole_table,
                                                                           job_id, upsert=upsert)
-        res = _run(db_url, f"{suite}:{table}:{job}", subset_q, _suite(own, reconcile_q, freshness, now, exact=not upsert))
+        res = _run(db_url, f"{suite}:{table}:{job}", subset_q,
+                   _suite(own, reconcile_q, freshness, now, exact=not upsert))
         outcome = Outcome(bool(res.success), table, [_line(r) for r in res.results], dict(res.statistics))
         outcome.result_id = reconcile.record_result(engine, job_id, suite, table, outcome.success,
                                                     _jsonable(outcome.statistics), _jsonable(res.describe_dict()))

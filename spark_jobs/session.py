@@ -9,10 +9,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from streamfill.spark_jobs import class_archive, py_files
 from streamfill import failpoints, requirements
+from streamfill.console import console
+from streamfill.kafka_client import describe
 from streamfill.settings import Settings, get_settings
-
+from streamfill.spark_jobs import class_archive, py_files
 
 REDACTED_OPTIONS = r"(?i)url|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key"
 
@@ -37,9 +38,9 @@ def spark_session(app_name: str, settings: Settings | None = None,
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
                # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's projections of
-               # values typed in the read (each column: the read's value, or from_json's and its checks) make one:
-               # Spark's default (65535) kept it as one method the JVM then interpreted, which made parsing slower.
-               # Spark's docs advise 8000 on HotSpot: such a stage then runs without whole-stage codegen.
+               # values typed in the read (each column: the read's value, or from_json's and its checks) make one;
+               # with this limit, as Spark's docs advise on HotSpot, such a stage runs without whole-stage codegen
+               # instead of as one method the JVM only interprets
                .config("spark.sql.codegen.hugeMethodLimit", "8000")
                # options whose values Spark hides in plans, beside spark.redaction.regex's passwords and secrets:
                # URLs (offsetsDbUrl carries offsets_db's password) and the Kafka secrets not named like one
@@ -51,6 +52,22 @@ def spark_session(app_name: str, settings: Settings | None = None,
     session.sparkContext.setLogLevel("WARN")
     _ship_code(session, settings)
     return session
+
+
+def job_session(app_name: str, master: str | None = None, settings: Settings | None = None) -> SparkSession:
+    """The session of a job's launch, on `master` when given (spark-submit's --master), without the console
+    progress bar Spark would draw over the job's own lines."""
+    settings = settings or get_settings()
+    if master:
+        settings = settings.model_copy(update={"spark_master": master})
+    return spark_session(app_name, settings, {"spark.ui.showConsoleProgress": "false"})
+
+
+def say_where(spark: SparkSession, settings: Settings) -> None:
+    """The launch's first lines: the cluster it reads (no secret) and its Spark UI."""
+    console.print(f"Kafka: {describe(settings.kafka_client())}", highlight=False)
+    if spark.sparkContext.uiWebUrl:
+        console.print(f"Spark UI: {spark.sparkContext.uiWebUrl}", highlight=False)
 
 
 def _ship_code(session: SparkSession, settings: Settings) -> None:

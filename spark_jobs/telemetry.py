@@ -137,7 +137,7 @@ class JobMetrics:
         at the next look: metrics never stop a job."""
         try:
             self._observe()
-        except Exception as exc:  # noqa: BLE001 - the job's own work goes on; the next look catches up
+        except Exception as exc:  # the job's own work goes on; the next look catches up
             log.warning("metrics of job %s: reading offsets_db failed, tried again after the next batch: %s",
                         self.job, exc)
 
@@ -201,7 +201,7 @@ def job_metrics(url: str, job: str, kafka: Mapping[str, str] | None = None,
         metrics.observe()
         try:
             provider.shutdown()
-        except Exception as exc:  # noqa: BLE001 - the launch's own outcome matters more than its last export
+        except Exception as exc:  # the launch's own outcome matters more than its last export
             log.warning("metrics: the last export failed: %s", exc)
         metrics.close()
 

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 from streamfill.errors import OptionError
 from streamfill.names import parse_table
+from streamfill.urls import without_password
 
 PG_PORT, KAFKA_PORT = 5432, 9092
 DEFAULT_SCHEMA = "public"  # where PostgreSQL puts an unqualified table with the default search_path
@@ -33,7 +34,7 @@ class PgTable:
         parts = urlsplit(db_url)
         database = unquote(parts.path.lstrip("/"))
         if not parts.hostname or not database:
-            raise OptionError("database URL", _without_password(db_url), "names no host or no database",
+            raise OptionError("database URL", without_password(db_url), "names no host or no database",
                               "use postgresql://user@host:5432/database")
         schema, name = parse_table(table)
         return cls(parts.hostname, parts.port or PG_PORT, database, schema or DEFAULT_SCHEMA, name)
@@ -90,10 +91,3 @@ class KafkaTopic:
     def lineage_name(self) -> str:
         return self.topic
 
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()

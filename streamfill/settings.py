@@ -12,7 +12,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
-from streamfill.names import PLAIN_NAME
 from streamfill.kafka_client import (
     CLIENT_FIELDS,
     DEFAULT_GROUP_ID,
@@ -20,6 +19,8 @@ from streamfill.kafka_client import (
     SECURITY_PROTOCOLS,
     property_value,
 )
+from streamfill.names import PLAIN_NAME
+from streamfill.option_tables import docs_row
 from streamfill.retention import DEFAULT as DEFAULT_RETENTION
 from streamfill.retention import Retention, parse_age, written
 
@@ -39,18 +40,25 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="STREAMFILL_", extra="ignore")
 
-    home: Path = Field(DEFAULT_HOME, description="where the local stack keeps data, logs and pids, and jobs their "
-                       "checkpoints")
-    host: str = Field("127.0.0.1", description="the address every local service listens on")
-    pg_port: int = Field(5432, ge=1, le=65535)
-    kafka_port: int = Field(9092, ge=1, le=65535)
-    kafka_controller_port: int = Field(9093, ge=1, le=65535)
-    airflow_port: int = Field(8080, ge=1, le=65535)
-    airflow_parallelism: int = Field(4, ge=1, description="LocalExecutor workers; 32 by default in Airflow")
+    home: Path = Field(DEFAULT_HOME, description="data, logs, pid files and secrets of the local stack",
+                       json_schema_extra=docs_row("settings", shown_default="`<repo>/.stack`"))
+    host: str = Field("127.0.0.1", description="the one address every service listens on; keep it on loopback "
+                      "unless other machines must reach the stack", json_schema_extra=docs_row("settings"))
+    pg_port: int = Field(5432, ge=1, le=65535, description="PostgreSQL", json_schema_extra=docs_row("settings"))
+    kafka_port: int = Field(9092, ge=1, le=65535, description="Kafka broker and KRaft controller",
+                            json_schema_extra=docs_row("settings", group="kafka ports"))
+    kafka_controller_port: int = Field(9093, ge=1, le=65535,
+                                       json_schema_extra=docs_row("settings", group="kafka ports"))
+    airflow_port: int = Field(8080, ge=1, le=65535, description="Airflow API server and UI",
+                              json_schema_extra=docs_row("settings"))
+    airflow_parallelism: int = Field(4, ge=1, description="LocalExecutor workers (Airflow's default of 32 costs "
+                                     "about 5 GB)", json_schema_extra=docs_row("settings"))
     db_user: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_name: str = Field("streamfill", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    db_url: str | None = Field(None, description="offsets_db URL; defaults to the local stack's database")
+    db_url: str | None = Field(
+        None, description="offsets_db URL (`postgresql+psycopg2://...`); when set, it carries its own password",
+        json_schema_extra=docs_row("settings", shown_default="the stack's `streamfill` database"))
     assets_database: str | None = Field(
         None, pattern=r"^[a-z][a-z0-9+]*://[^/]+/[^/?#]+$",
         description="the database that names the tables' Airflow Assets (postgres://host:port/database, the "
@@ -60,11 +68,15 @@ class Settings(BaseSettings):
                            description="the PostgreSQL schema that holds offsets_db's tables and views")
     pg_sslmode: PgSslMode | None = Field(None, description="libpq's sslmode for the local stack's databases; "
                                          "verify-ca and verify-full trust the stack's CA")
-    pg_password: SecretStr | None = Field(None, description="password of db_user; defaults to the stack's file")
+    pg_password: SecretStr | None = Field(
+        None, description="password of the `streamfill` role, for the stack and its clients",
+        json_schema_extra=docs_row("settings", shown_default="the content of `$STREAMFILL_HOME/secrets/pg_password`"))
     kafka_sasl_port: int = Field(9094, ge=1, le=65535, description="the local broker's SASL_SSL listener")
     kafka_oauth_port: int = Field(9095, ge=1, le=65535, description="the local broker's OAUTHBEARER listener "
                                   "(unsecured tokens, for tests)")
-    kafka_bootstrap_servers: str | None = Field(None, description="defaults to the local broker")
+    kafka_bootstrap_servers: str | None = Field(
+        None, description="Kafka for jobs and tests",
+        json_schema_extra=docs_row("settings", shown_default="the stack's broker"))
     kafka_security_protocol: str | None = Field(None, description=f"one of {', '.join(SECURITY_PROTOCOLS)}")
     kafka_sasl_mechanism: str | None = Field(None, description=f"one of {', '.join(SASL_MECHANISMS)}")
     kafka_sasl_username: str | None = None
@@ -82,20 +94,27 @@ class Settings(BaseSettings):
                                             "to the local stack's")
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
-    spark_master: str = Field("local[*]", description="any Spark master URL")
-    start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer")
-    retain_history: str = Field(written(DEFAULT_RETENTION.history), description="committed batches, their offsets, "
-                                "runs and data-loss events older than this are pruned (or `forever`)")
-    retain_windows: str = Field(written(DEFAULT_RETENTION.windows), description="an interval window's job is pruned "
-                                "whole this long after its last commit")
+    spark_master: str = Field("local[*]", description="any Spark master URL", json_schema_extra=docs_row("settings"))
+    start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer",
+                                 json_schema_extra=docs_row("settings"))
+    # what goes once older than each age (docs/operations.md's retention table)
+    retain_history: str = Field(written(DEFAULT_RETENTION.history), description="committed batches with their "
+                                "offsets, batches planned and never committed, data-loss events, ended runs",
+                                json_schema_extra=docs_row("retention"))
+    retain_windows: str = Field(written(DEFAULT_RETENTION.windows), description="an interval window's whole job "
+                                "(`<entry>.interval.<start>`), counted from its last batch; a re-run of the window "
+                                "later reads it again in `replace` mode", json_schema_extra=docs_row("retention"))
     retain_dead_letters: str = Field(written(DEFAULT_RETENTION.dead_letters),
-                                     description="dead letters (with their raw bytes) older than this are pruned")
-    retain_quality_results: str = Field(written(DEFAULT_RETENTION.quality_results),
-                                        description="quality results older than this are pruned")
+                                     description="dead letters and their raw bytes",
+                                     json_schema_extra=docs_row("retention"))
+    retain_quality_results: str = Field(written(DEFAULT_RETENTION.quality_results), description="quality results",
+                                        json_schema_extra=docs_row("retention"))
     retain_announcements: str = Field(written(DEFAULT_RETENTION.announcements),
-                                      description="delivered announcements of commits older than this are pruned")
-    retain_stages: str = Field(written(DEFAULT_RETENTION.stages), description="a staging table no running launch "
-                               "uses is dropped this long after its launch made it")
+                                      description="announcements Airflow has stored",
+                                      json_schema_extra=docs_row("retention"))
+    retain_stages: str = Field(written(DEFAULT_RETENTION.stages), description="staging tables no running launch "
+                               "uses: those of jobs no launch holds, and those left by an entry whose columns "
+                               "changed (each column set has its own)", json_schema_extra=docs_row("retention"))
 
     @field_validator("retain_history", "retain_windows", "retain_dead_letters", "retain_quality_results",
                      "retain_announcements", "retain_stages")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from streamfill.cli import stack
-from tests import shared_run
 from streamfill.settings import Settings
+from tests import shared_run
 
 # shared machines: no per-example deadline, a fixed budget of examples
 hypothesis_settings.register_profile("streamfill", deadline=None, max_examples=100)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, make_url, text
 
-from streamfill.cli.stack.postgres import admin_url
 from streamfill import REPO_ROOT, SUBPACKAGES
+from streamfill.cli.stack.postgres import admin_url
 from streamfill.settings import Settings
 
 PACKAGES = ("streamfill", *SUBPACKAGES)

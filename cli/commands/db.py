@@ -19,16 +19,15 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
             ) -> None:
     """Apply offsets_db migrations to STREAMFILL_DB_URL (the local stack's database by default). Refused while a
     stream holds its job: stop the streams first (docs/upgrading.md)."""
-    from sqlalchemy.exc import OperationalError
-
-    from streamfill.offsets_db.engine import make_engine
+    from streamfill.console import refusals
+    from streamfill.errors import StreamfillError
+    from streamfill.offsets_db.engine import make_engine, reaching
     from streamfill.offsets_db.fencing import streams_holding
     from streamfill.offsets_db.migrate import upgrade as migrate
-    from streamfill.console import fail
-    from streamfill.spark_jobs.runs import safe_url, unreachable
+    from streamfill.urls import without_password
 
     url = get_settings().offsets_db_url
-    try:
+    with refusals(), reaching(url):
         engine = make_engine(url)
         try:
             with engine.connect() as conn:
@@ -36,15 +35,13 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
         finally:
             engine.dispose()
         if running and not while_running:
-            raise fail(RuntimeError(
-                f"{len(running)} stream(s) hold their jobs in offsets_db at {safe_url(url)}: "
+            raise StreamfillError(
+                f"{len(running)} stream(s) hold their jobs in offsets_db at {without_password(url)}: "
                 + "; ".join(running) + ". Stop them first (their stream DAGs' tasks, or the `streamfill stream` "
                 "processes), then upgrade and start them with the new version; or give --while-running to "
-                "migrate under them (docs/upgrading.md)"))
+                "migrate under them (docs/upgrading.md)")
         migrate(url, revision)
-    except OperationalError as exc:
-        raise unreachable(url, exc) from None
-    console.print(f"offsets_db at {safe_url(url)} is at revision {revision}")
+    console.print(f"offsets_db at {without_password(url)} is at revision {revision}")
 
 
 @app.command("prune")
@@ -56,21 +53,14 @@ def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (b
     """Remove offsets_db's history older than its ages (STREAMFILL_RETAIN_HISTORY, _WINDOWS, _DEAD_LETTERS,
     _QUALITY_RESULTS, _ANNOUNCEMENTS, _STAGES) and the staging tables no running launch uses. Never what a job
     needs to resume. A dry run unless --apply (docs/operations.md#retention)."""
-    from sqlalchemy.exc import OperationalError
-
+    from streamfill.console import refusals, say
+    from streamfill.offsets_db.engine import reaching
     from streamfill.spark_jobs.maintenance import prune as run_prune
-    from streamfill.console import fail, say
-    from streamfill.spark_jobs.runs import unreachable
-    from streamfill.errors import RevisionMismatch, UnknownJob
 
     settings = get_settings()
     url = settings.offsets_db_url
-    try:
+    with refusals(), reaching(url):
         pruned = run_prune(url, settings.retention(), apply=apply, jobs=job or None, progress=say)
-    except OperationalError as exc:
-        raise unreachable(url, exc) from None
-    except (RevisionMismatch, UnknownJob) as exc:
-        raise fail(exc) from None
     for line in pruned.lines():
         say(line)
 

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from streamfill.connectors.postgres.sink_options import REPLACE
+from streamfill.console import console, refusals, say
 from streamfill.orchestration import dag_ids
-from streamfill.console import console, fail, say
 from streamfill.settings import Settings, get_settings
 
 WINDOW_TABLE = "orders_window"
@@ -26,12 +26,8 @@ def demo(
 ) -> None:
     """The main job through Airflow: produce events, trigger the stream DAG and a replay of a time window
     through Airflow's REST API, then show what landed, the offsets, the quality results and the UI."""
-    from streamfill.errors import StreamfillError
-
-    try:
+    with refusals():
         out = run(get_settings(), count, bad_ratio, say)
-    except StreamfillError as exc:
-        raise fail(exc) from None
     table = Table(title="what landed")
     table.add_column("table")
     table.add_column("rows", justify="right")
@@ -84,9 +80,9 @@ def _downstream(api, engine, spec, announced_before: int, say: Callable[[str], N
     runs as (key, commits, state, orders, revenue, runs of the key)."""
     from sqlalchemy import text
 
+    from streamfill.errors import AirflowError
     from streamfill.offsets_db import announcements
     from streamfill.offsets_db.announce_plan import commits_key, cover_problems
-    from streamfill.errors import AirflowError
 
     deadline = time.monotonic() + 3 * spec.announce_every_s + 180
     say(f"waiting for the announcements of {spec.name}'s commits (every {spec.announce_every}) and "
@@ -115,12 +111,12 @@ def run(settings: Settings, count: int, bad_ratio: float, say: Callable[[str], N
     from sqlalchemy import func, select
 
     from streamfill.cli.stack.airflow import reserialize
+    from streamfill.errors import AirflowError
     from streamfill.offsets_db import announcements, queries
     from streamfill.offsets_db.engine import make_engine
     from streamfill.orchestration.airflow_api import AirflowApi
     from streamfill.spark_jobs.demo.produce import ensure_topic, produce
     from streamfill.spark_jobs.pipelines import load
-    from streamfill.errors import AirflowError
 
     spec = load()["orders"]
     kafka = settings.kafka_client()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamfill.console import console, fail
+from streamfill.connectors.kafka.source_declarations import SUBSCRIBE_PATTERN
+from streamfill.console import console, refusals
 
 app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs file (one per topic).")
 
@@ -19,12 +20,9 @@ def list_jobs() -> None:
     """Every entry with its source, format, table and the DAGs it gives."""
     from streamfill.orchestration import dag_ids
     from streamfill.spark_jobs.pipelines import jobs_file, load
-    from streamfill.errors import StreamfillError
 
-    try:
+    with refusals():
         entries = load()
-    except StreamfillError as exc:
-        raise fail(exc) from None
     table = Table(title=f"pipelines in {jobs_file()} (and jobs.d/)")
     for col in ("job", "source", "format", "table", "key / mode", "DAGs"):
         table.add_column(col, overflow="fold")
@@ -32,29 +30,26 @@ def list_jobs() -> None:
         kind, source = spec.topics_option
         dags = dag_ids.of_entry(name, spec.windowed) + [dag_ids.REPLAY] * spec.windowed
         tables = "\n".join(dict.fromkeys(t.table for t in spec.route_tables())) or spec.table
-        table.add_row(name, f"{'pattern ' if kind == 'subscribePattern' else ''}{source}", spec.format, tables,
+        table.add_row(name, f"{'pattern ' if kind == SUBSCRIBE_PATTERN.key else ''}{source}", spec.format, tables,
                       f"{', '.join(spec.key)} / {spec.mode}", "\n".join(dags))
     console.print(table)
 
 
 @app.command("check")
-def check(file: Annotated[Optional[Path], typer.Argument(
+def check(file: Annotated[Path | None, typer.Argument(
         help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
     """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
     from streamfill.changes import NO_DELETES, TOMBSTONE
     from streamfill.spark_jobs.pipelines import load, read, registry
     from streamfill.spark_jobs.pipelines.expectations import extra
     from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS
-    from streamfill.errors import StreamfillError
 
-    try:
+    with refusals():
         entries = read(file) if file else load()
         # an entry naming a registry subject instead of columns: the columns its latest version gives
         entries = {name: registry.resolved(spec) for name, spec in entries.items()}
         for spec in entries.values():
             extra(spec)  # the quality: list, against Great Expectations
-    except StreamfillError as exc:
-        raise fail(exc) from None
     for name, spec in entries.items():
         source = f", columns from subject {spec.registry_subject}" if spec.registry_reader_schema else ""
         deletes = f", deletes {spec.deletes}" if spec.deletes != NO_DELETES else ""
@@ -79,8 +74,6 @@ def check(file: Annotated[Optional[Path], typer.Argument(
         if spec.quality:
             console.print("  quality: " + "; ".join(next(iter(q)) for q in spec.quality), highlight=False)
     console.print(f"{len(entries)} job(s) valid", highlight=False)
-
-
 
 
 def _table_of(title: str, spec, columns, derived, key) -> Table:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from streamfill.console import console, fail
-from streamfill.spark_jobs.runs import unreachable
 from streamfill import durations
+from streamfill.console import console, refusals
 from streamfill.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, help="What a job read and where it stands, from offsets_db.")
@@ -24,8 +23,8 @@ class OutputFormat(str, Enum):
 
 
 JobOpt = Annotated[str, typer.Option("--job", help="the job name (the source's job option)")]
-TopicOpt = Annotated[Optional[str], typer.Option("--topic", help="only this topic")]
-SinceOpt = Annotated[Optional[str], typer.Option(
+TopicOpt = Annotated[str | None, typer.Option("--topic", help="only this topic")]
+SinceOpt = Annotated[str | None, typer.Option(
     "--since", help="only rows from this time on: ISO-8601 (2026-11-22T10:00:00+00:00) or an age (30m, 2h, 1d)")]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table or json")]
 
@@ -67,21 +66,15 @@ def parse_since(raw: str | None, now: datetime | None = None) -> datetime | None
 
 
 def _show(view: str, job: str, topic: str | None, since: str | None, fmt: OutputFormat, limit: int) -> None:
-    from sqlalchemy.exc import OperationalError
-
     from streamfill.offsets_db import queries
-    from streamfill.offsets_db.engine import make_engine
-    from streamfill.errors import StreamfillError
+    from streamfill.offsets_db.engine import make_engine, reaching
 
     when = parse_since(since)
     url = get_settings().offsets_db_url
     engine = make_engine(url)
     try:
-        found = queries.rows(engine, view, job, topic, when, limit)
-    except StreamfillError as exc:
-        raise fail(exc) from None
-    except OperationalError as exc:
-        raise unreachable(url, exc) from None
+        with refusals(), reaching(url):
+            found = queries.rows(engine, view, job, topic, when, limit)
     finally:
         engine.dispose()
     if fmt is OutputFormat.json:

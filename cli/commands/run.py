@@ -4,37 +4,37 @@ entry of the jobs file, everything else comes from the entry; flags override it.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from streamfill.console import refusals
 from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
-from streamfill.console import fail
 
 JobOpt = Annotated[str, typer.Option("--job", help="an entry of the jobs file, or the job name for --pipeline")]
-PipelineOpt = Annotated[Optional[str], typer.Option(
+PipelineOpt = Annotated[str | None, typer.Option(
     "--pipeline", help="the entry whose format, columns and rules parse the topic (default: --job's entry)")]
 WaitOpt = Annotated[str, typer.Option(
     "--wait-for-job", help="while another launch holds the job: wait this long (30s, 10m, 1h) instead of refusing")]
-MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
+MasterOpt = Annotated[str | None, typer.Option("--master", help="Spark master URL (STREAMFILL_SPARK_MASTER)")]
 
 
 def stream(
     job: JobOpt,
-    topic: Annotated[Optional[str], typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
-    table: Annotated[Optional[str], typer.Option(
+    topic: Annotated[str | None, typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
+    table: Annotated[str | None, typer.Option(
         "--table", help="target table, schema.table allowed (default: the entry's)")] = None,
-    trigger: Annotated[Optional[str], typer.Option(
+    trigger: Annotated[str | None, typer.Option(
         "--trigger", help="available-now, or an interval such as 5s (default: the entry's)")] = None,
-    max_offsets_per_trigger: Annotated[Optional[int], typer.Option(
+    max_offsets_per_trigger: Annotated[int | None, typer.Option(
         "--max-offsets-per-trigger", help="at most this many offsets per micro-batch")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option(
+    checkpoint: Annotated[str | None, typer.Option(
         "--checkpoint", help="Spark checkpoint directory or Hadoop file system URL (default: the entry's "
                              "checkpoint_dir/JOB, else STREAMFILL_HOME/checkpoints/JOB)")] = None,
-    start: Annotated[Optional[str], typer.Option(
+    start: Annotated[str | None, typer.Option(
         "--start", help="earliest, latest or an ISO-8601 time: where the stream starts while offsets_db has no "
                         "position for the job (default: the entry's start, else earliest)")] = None,
-    stop_grace: Annotated[Optional[str], typer.Option(
+    stop_grace: Annotated[str | None, typer.Option(
         "--stop-grace", help="how long a stop (SIGTERM) may take to commit the batch in flight before it is cut, "
                              "e.g. 60s (default: the entry's stop_grace, else 60s)")] = None,
     pipeline: PipelineOpt = None,
@@ -43,15 +43,12 @@ def stream(
 ) -> None:
     """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
     from streamfill.spark_jobs import stream as job_module
-    from streamfill.errors import StreamfillError
 
-    try:
+    with refusals():
         args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
                                                 max_offsets_per_trigger=max_offsets_per_trigger,
                                                 checkpoint=checkpoint, start=start, pipeline=pipeline,
                                                 wait_for_job=wait_for_job, stop_grace=stop_grace)
-    except StreamfillError as exc:
-        raise fail(exc) from None
     job_module.launch(args, master)
 
 
@@ -59,10 +56,10 @@ def backfill(
     job: JobOpt,
     from_: Annotated[str, typer.Option("--from", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
     to: Annotated[str, typer.Option("--to", help="earliest, latest, per-partition JSON or an ISO-8601 time")],
-    topic: Annotated[Optional[str], typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
-    table: Annotated[Optional[str], typer.Option(
+    topic: Annotated[str | None, typer.Option("--topic", help="Kafka topic (default: the entry's)")] = None,
+    table: Annotated[str | None, typer.Option(
         "--table", help="target table (default: the entry's; with --topic, JOB with - and . as _)")] = None,
-    mode: Annotated[Optional[str], typer.Option(
+    mode: Annotated[str | None, typer.Option(
         "--mode", help="append-new (keep existing rows) or replace (upsert); default: the entry's")] = None,
     chunk_size: Annotated[int, typer.Option("--chunk-size", help="offsets per exactly-once chunk")] = DEFAULT_CHUNK,
     pipeline: PipelineOpt = None,
@@ -71,12 +68,9 @@ def backfill(
 ) -> None:
     """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
     from streamfill.spark_jobs import backfill as job_module
-    from streamfill.errors import StreamfillError
 
-    try:
+    with refusals():
         args = job_module.BackfillArgs.from_flags(job=job, topic=topic, from_=from_, to=to, table=table, mode=mode,
                                                   chunk_size=chunk_size, pipeline=pipeline,
                                                   wait_for_job=wait_for_job)
-    except StreamfillError as exc:
-        raise fail(exc) from None
     job_module.launch(args, master)

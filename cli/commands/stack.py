@@ -6,8 +6,7 @@ import typer
 from rich.table import Table
 
 from streamfill.cli import stack
-from streamfill.console import console, fail, say
-from streamfill.errors import StackError
+from streamfill.console import console, refusals, say
 from streamfill.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, help="The local stack: PostgreSQL, Kafka, Airflow, Spark.")
@@ -16,10 +15,8 @@ app = typer.Typer(no_args_is_help=True, help="The local stack: PostgreSQL, Kafka
 @app.command("up")
 def up() -> None:
     """Install what is missing, start every service and wait until each answers a real request."""
-    try:
+    with refusals():
         statuses = stack.up(get_settings(), say=say)
-    except StackError as exc:
-        raise fail(exc) from None
     print_status(statuses)
 
 

@@ -17,8 +17,8 @@ from streamfill.cli.stack.process import port_free, tail
 from streamfill.cli.stack.schema_registry import SchemaRegistry
 from streamfill.cli.stack.service import Service, Status
 from streamfill.cli.stack.spark import Spark
-from streamfill.offsets_db.migrate import upgrade
 from streamfill.errors import StackError
+from streamfill.offsets_db.migrate import upgrade
 from streamfill.settings import Settings
 
 __all__ = ["StackError", "Status", "services", "up", "down", "status"]

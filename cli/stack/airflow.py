@@ -15,13 +15,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-
+from streamfill import REPO_ROOT
 from streamfill.cli.stack.kafka import ensure_secrets
 from streamfill.cli.stack.pidfile import cmdline, pid_alive
 from streamfill.cli.stack.process import UMASK, children, spawn, wait_until
 from streamfill.cli.stack.secret_file import ensure_secret, generate_password
 from streamfill.cli.stack.service import ProcessGroupService, Status
-from streamfill import REPO_ROOT
+from streamfill.errors import AirflowError
+from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.orchestration.connections import (
     API_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
@@ -29,8 +30,6 @@ from streamfill.orchestration.connections import (
     postgres_connection,
     schema_registry_connection,
 )
-from streamfill.errors import AirflowError
-from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.settings import AIRFLOW_USER as ADMIN
 from streamfill.settings import Settings
 

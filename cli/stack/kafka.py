@@ -15,13 +15,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from streamfill import REPO_ROOT
+from streamfill.cli.stack.os_packages import install_os_packages
 from streamfill.cli.stack.pidfile import pid_alive
-from streamfill.cli.stack.postgres import install_os_packages
 from streamfill.cli.stack.process import spawn, wait_until
 from streamfill.cli.stack.secret_file import ensure_secret, generate_password, private_dir
 from streamfill.cli.stack.service import ProcessGroupService, Status
 from streamfill.cli.stack.tls import ensure_server_pem, stack_hosts
-from streamfill import REPO_ROOT
 from streamfill.errors import StackError
 from streamfill.settings import KAFKA_JOBS_USER, Settings
 
@@ -61,12 +61,31 @@ def ensure_secrets(settings: Settings) -> Path:
     return ensure_server_pem(settings.tls_dir, "kafka", stack_hosts(settings))
 
 
+def grant_scram_user(admin, user: str, password: str, allowed: list[tuple]) -> None:
+    """Give `user` SCRAM-SHA-512 credentials with `password` and allow it each (resource type, resource name,
+    operation) of `allowed`, from any host, through a confluent_kafka AdminClient; waits until the broker applied
+    both."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclPermissionType,
+        ResourcePatternType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    credential = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upsert = UserScramCredentialUpsertion(user, credential, password.encode())
+    acls = [AclBinding(kind, name, ResourcePatternType.LITERAL, f"User:{user}", "*", operation,
+                       AclPermissionType.ALLOW) for kind, name, operation in allowed]
+    for fut in admin.alter_user_scram_credentials([upsert]).values():
+        fut.result(timeout=30)
+    for fut in admin.create_acls(acls).values():
+        fut.result(timeout=30)
+
+
 class Kafka(ProcessGroupService):
     name = "kafka"
-
-    @property
-    def root(self) -> Path:
-        return self.settings.home / "kafka"
 
     @property
     def libs(self) -> Path:
@@ -158,39 +177,18 @@ class Kafka(ProcessGroupService):
     def _grant_jobs_user(self) -> None:
         """The jobs' SCRAM credentials (the stack's generated password) and their ACLs, set over PLAINTEXT as
         the super user; both are kept in the cluster's metadata, so setting them again changes nothing."""
-        from confluent_kafka.admin import (
-            AclBinding,
-            AclOperation,
-            AclPermissionType,
-            AdminClient,
-            ResourcePatternType,
-            ResourceType,
-            ScramCredentialInfo,
-            ScramMechanism,
-            UserScramCredentialUpsertion,
-        )
+        from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 
         s = self.settings
         admin = AdminClient({"bootstrap.servers": s.bootstrap_servers, "log_level": 0})
-        password = s.kafka_password_file.read_text().strip().encode()
-        upsert = UserScramCredentialUpsertion(KAFKA_JOBS_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512,
-                                                                                   8192), password)
-        principal = f"User:{KAFKA_JOBS_USER}"
-
-        def allow(kind, name: str, operation) -> AclBinding:
-            return AclBinding(kind, name, ResourcePatternType.LITERAL, principal, "*", operation,
-                              AclPermissionType.ALLOW)
-
-        acls = [allow(ResourceType.TOPIC, "*", AclOperation.ALL), allow(ResourceType.GROUP, "*", AclOperation.ALL),
-                allow(ResourceType.TRANSACTIONAL_ID, "*", AclOperation.ALL),
-                allow(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE),
-                allow(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)]
+        password = s.kafka_password_file.read_text().strip()
+        allowed = [(ResourceType.TOPIC, "*", AclOperation.ALL), (ResourceType.GROUP, "*", AclOperation.ALL),
+                   (ResourceType.TRANSACTIONAL_ID, "*", AclOperation.ALL),
+                   (ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE),
+                   (ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)]
         try:
-            for fut in admin.alter_user_scram_credentials([upsert]).values():
-                fut.result(timeout=30)
-            for fut in admin.create_acls(acls).values():
-                fut.result(timeout=30)
-        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+            grant_scram_user(admin, KAFKA_JOBS_USER, password, allowed)
+        except Exception as exc:  # a KafkaException or a timeout: either way the listener is not usable
             raise StackError(f"setting up Kafka user {KAFKA_JOBS_USER!r} and its ACLs on the SASL_SSL listener "
                              f"failed: {exc}. See {self.log}") from None
 
@@ -201,7 +199,7 @@ class Kafka(ProcessGroupService):
             md = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers,
                               "socket.timeout.ms": 3000, "log_level": 0}).list_topics(timeout=3)
             return len(md.brokers) > 0
-        except Exception:  # noqa: BLE001 - any failure means "not answering"
+        except Exception:  # any failure means "not answering"
             return False
 
     def status(self) -> Status:

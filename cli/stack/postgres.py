@@ -15,11 +15,12 @@ from contextlib import closing
 from pathlib import Path
 
 import psycopg2
-from psycopg2 import sql
-from psycopg2.extensions import encrypt_password
 
-from streamfill.cli.stack.logrotate import MAX_BYTES, prune, rotate
+from streamfill.cli.stack.logrotate import prune, rotate
+from streamfill.cli.stack.os_packages import install_os_packages
 from streamfill.cli.stack.pg_auth import SUPERUSER, hba_conf, ident_conf, stack_os_users, uses_trust, write_conf
+from streamfill.cli.stack.pg_roles import ensure_app_role
+from streamfill.cli.stack.pg_server_settings import LOG_FILES, server_options
 from streamfill.cli.stack.pidfile import cmdline, pid_alive
 from streamfill.cli.stack.process import wait_until
 from streamfill.cli.stack.secret_file import ensure_secret, generate_password, private_dir, write_private
@@ -36,28 +37,6 @@ def pg_bin_dir() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-def install_os_packages(*packages: str) -> None:
-    """apt-get install packages; needs root (the local stack installs what it runs)."""
-    if os.geteuid() != 0:
-        raise StackError(f"{', '.join(packages)} not installed and not running as root: "
-                         f"install them with `sudo apt-get install -y {' '.join(packages)}`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise StackError(f"`{' '.join(cmd)}` failed:\n{done.stderr[-2000:]}")
-
-
-PG_TUNING = {"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "15min",
-             "wal_compression": "lz4", "work_mem": "64MB", "maintenance_work_mem": "512MB",
-             # publications and logical replication slots work as on a production server (CDC of the tables)
-             "wal_level": "logical"}
-# the logging collector starts a new file daily or at the size limit; each start keeps the newest LOG_FILES
-LOG_FILES = 5
-LOGGING = {"logging_collector": "on", "log_filename": "postgresql-%Y%m%d-%H%M%S.log", "log_rotation_age": "1d",
-           "log_rotation_size": f"{MAX_BYTES // 1024}kB", "log_file_mode": "0600"}
-
-
 def socket_dir(settings: Settings) -> Path:
     return settings.home / "run"
 
@@ -69,10 +48,12 @@ def admin_url(settings: Settings, database: str = "postgres") -> str:
 
 class Postgres(Service):
     name = "postgres"
+    directory = "pg"
 
     @property
     def data_dir(self) -> Path:
-        return self.settings.home / "pg"
+        """The cluster's data directory (initdb's -D): the service's own directory."""
+        return self.root
 
     @property
     def socket_dir(self) -> Path:
@@ -224,13 +205,7 @@ class Postgres(Service):
         s = self.settings
         rotate(self.log)
         prune(self.server_logs, "postgresql-*.log", LOG_FILES - 1)
-        # sized for bulk loads on a workstation: Postgres' defaults (128 MB buffers, 1 GB of WAL between
-        # checkpoints) make every large micro-batch wait for checkpoints
-        settings = {"listen_addresses": s.host, "unix_socket_permissions": "0700",
-                    "log_directory": str(self.server_logs), "ssl": "on",
-                    "ssl_cert_file": str(self.data_dir / "server.crt"),
-                    "ssl_key_file": str(self.data_dir / "server.key"), **LOGGING, **PG_TUNING}
-        opts = f"-p {s.pg_port} -k {self.socket_dir} " + " ".join(f"-c {k}={v}" for k, v in settings.items())
+        opts = server_options(s, self.data_dir, self.socket_dir, self.server_logs)
         self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log), "-o", opts,
                    "-w", "-t", str(int(s.start_timeout)), "start"], "start")
         wait_until(self.healthy, timeout=s.start_timeout, service=self.name, log=self.log)
@@ -250,8 +225,8 @@ class Postgres(Service):
             return False
 
     def secure(self) -> list[str]:
-        """The application role with the clients' password and its two databases (owned by it, so PG 15's
-        schema grant is not needed), the socket directory private, pg_hba.conf and pg_ident.conf as pg_auth
+        """The application role with the clients' password and its two databases (pg_roles), the socket directory
+        private, pg_hba.conf and pg_ident.conf as pg_auth
         says (reloaded when they changed). Idempotent; on a server that allowed trust (an older stack's),
         returns what changed for `up` to say, and clients started before must reconnect with the password."""
         s = self.settings
@@ -266,20 +241,7 @@ class Postgres(Service):
                 if cur.fetchone()[0] != "on":  # a server an older stack started
                     notes.append("TLS (its certificate signed by the stack's CA) applies from its next start "
                                  "(`streamfill stack down` then `streamfill stack up`)")
-                verifier = encrypt_password(self.password(), s.db_user, conn, "scram-sha-256")
-                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (s.db_user,))
-                verb = "ALTER" if cur.fetchone() else "CREATE"
-                cur.execute(sql.SQL(verb + " ROLE {} LOGIN PASSWORD %s").format(sql.Identifier(s.db_user)),
-                            (verifier,))
-                for db in (s.db_name, s.airflow_db_name):
-                    cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
-                    if cur.fetchone() is None:
-                        cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                            sql.Identifier(db), sql.Identifier(s.db_user)))
-                # a table a job names without a schema lands in public, not in offsets_db's schema (which the
-                # default "$user" would find first, both being named streamfill); the views read unqualified
-                cur.execute(sql.SQL("ALTER ROLE {} SET search_path = public, {}").format(
-                    sql.Identifier(s.db_user), sql.Identifier(s.db_schema)))
+                ensure_app_role(conn, s, self.password())
                 if not self._write_auth():
                     return notes
                 cur.execute("SELECT pg_reload_conf()")

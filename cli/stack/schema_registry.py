@@ -70,10 +70,6 @@ def fetch_release(dest: Path, base: str = MAVEN_CENTRAL) -> Path:
 class SchemaRegistry(ProcessGroupService):
     name = "schema-registry"
 
-    @property
-    def root(self) -> Path:
-        return self.settings.home / "schema-registry"
-
     def ports(self) -> list[tuple[int, str]]:
         return [(self.settings.schema_registry_port, "STREAMFILL_SCHEMA_REGISTRY_PORT")]
 

@@ -24,9 +24,15 @@ class Status:
 
 class Service(ABC):
     name: str
+    directory: str | None = None  # its folder under STREAMFILL_HOME, when not its name
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+
+    @property
+    def root(self) -> Path:
+        """Where the service keeps what it installs and writes."""
+        return self.settings.home / (self.directory or self.name)
 
     @property
     def log(self) -> Path:
@@ -36,6 +42,7 @@ class Service(ABC):
     def ports(self) -> list[tuple[int, str]]:
         """(port, setting that changes it) for every port the service listens on."""
 
+    @abstractmethod
     def prepare(self) -> None:
         """Install, fetch and initialise whatever start() needs; idempotent."""
 

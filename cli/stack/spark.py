@@ -30,8 +30,8 @@ class Spark(Service):
                              "run `make install`")
 
     def prepare(self) -> str:
-        """The driver's class archive, built the first time (about half a minute): each launch's JVM then
-        starts faster. Says what it did; a failure leaves launches as they were."""
+        """The driver's class archive, built the first time: each launch's JVM then starts faster. Says what it
+        did; a failure leaves launches as they were."""
         from streamfill.spark_jobs import class_archive
 
         return class_archive.build(self.settings.home)[1]

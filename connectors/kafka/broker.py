@@ -139,7 +139,7 @@ class Broker:
                 for ktp, fut in futures.items():
                     out[TopicPartition(ktp.topic, ktp.partition)] = fut.result(timeout=self.timeout_s).offset
                 return out
-            except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+            except Exception as exc:  # KafkaException or a timeout
                 # Ask again, as Spark's fetchOffset.numRetries does, while the timeout allows.
                 if not retriable(exc) or time.monotonic() - started + pause > self.timeout_s:
                     raise self._fail(what, exc, started) from None
@@ -199,7 +199,7 @@ class Broker:
         try:
             for fut in futures.values():
                 fut.result(timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # KafkaException or a timeout
             raise self._fail(f"committing offsets to consumer group {group!r}", exc, started) from None
 
     def require_group(self, group: str) -> None:
@@ -210,7 +210,7 @@ class Broker:
                                                       request_timeout=self.timeout_s)[group]
         try:
             found = future.result(timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout
+        except Exception as exc:  # KafkaException or a timeout
             code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
             if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
                 raise BrokerError(not_authorized(self.kafka, group, "read", "consumer group")) from None

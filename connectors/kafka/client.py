@@ -114,19 +114,24 @@ def _from_jaas(conf: dict[str, str], jaas: str) -> None:
         conf[f"sasl.{key}"] = options[key]
 
 
-def _store_type(conf: dict[str, str], prefix: str) -> str:
-    location = conf.get(f"{prefix}.location", "")
+def _store_type(conf: dict[str, str], prefix: str, inline: Mapping[str, str]) -> str | None:
+    """The type of the trust or key store `prefix` names, after its inline PEM options (`inline`: Java's name ->
+    librdkafka's) moved to librdkafka's names; None when it has no location (its type option is dropped)."""
+    for java, librdkafka in inline.items():
+        if java in conf:
+            conf[librdkafka] = conf.pop(java)
+    if f"{prefix}.location" not in conf:
+        conf.pop(f"{prefix}.type", None)
+        return None
+    location = conf[f"{prefix}.location"]
     default = "PEM" if location.lower().endswith((".pem", ".crt")) else "JKS"
     return conf.pop(f"{prefix}.type", default).upper()
 
 
 def _trust_store(conf: dict[str, str]) -> None:
-    if "ssl.truststore.certificates" in conf:
-        conf["ssl.ca.pem"] = conf.pop("ssl.truststore.certificates")
-    if "ssl.truststore.location" not in conf:
-        conf.pop("ssl.truststore.type", None)
+    kind = _store_type(conf, "ssl.truststore", {"ssl.truststore.certificates": "ssl.ca.pem"})
+    if kind is None:
         return
-    kind = _store_type(conf, "ssl.truststore")
     if kind != "PEM":
         raise OptionError("kafka.ssl.truststore.location", conf["ssl.truststore.location"],
                           f"is a {kind} trust store", _EXPORT_CA)
@@ -135,14 +140,10 @@ def _trust_store(conf: dict[str, str]) -> None:
 
 
 def _key_store(conf: dict[str, str]) -> None:
-    if "ssl.keystore.certificate.chain" in conf:
-        conf["ssl.certificate.pem"] = conf.pop("ssl.keystore.certificate.chain")
-    if "ssl.keystore.key" in conf:
-        conf["ssl.key.pem"] = conf.pop("ssl.keystore.key")
-    if "ssl.keystore.location" not in conf:
-        conf.pop("ssl.keystore.type", None)
+    kind = _store_type(conf, "ssl.keystore", {"ssl.keystore.certificate.chain": "ssl.certificate.pem",
+                                              "ssl.keystore.key": "ssl.key.pem"})
+    if kind is None:
         return
-    kind = _store_type(conf, "ssl.keystore")
     if kind == "PKCS12":
         return  # librdkafka reads ssl.keystore.location and ssl.keystore.password itself
     if kind != "PEM":

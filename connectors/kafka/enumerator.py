@@ -9,9 +9,17 @@ from dataclasses import dataclass, field
 from streamfill.connectors.kafka import data_loss, planner
 from streamfill.connectors.kafka.broker import Broker
 from streamfill.connectors.kafka.data_loss import DataLoss
-from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, TimestampByPartition, Watermarks, resolve
+from streamfill.connectors.kafka.offsets import (
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    TimestampByPartition,
+    Watermarks,
+    resolve,
+)
 from streamfill.connectors.kafka.options import SourceOptions
 from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka.source_declarations import SUBSCRIBE_PATTERN
 from streamfill.connectors.kafka.subscription import SubscribePattern
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
@@ -33,7 +41,7 @@ def _partitions(opts: SourceOptions, broker: Broker) -> list[TopicPartition]:
     parts = opts.subscription.partitions(broker.readable(opts.subscription.named()))
     broker.require(sorted({tp.topic for tp in parts}), "read")
     if not parts and isinstance(opts.subscription, SubscribePattern):
-        raise OptionError("subscribePattern", opts.subscription.pattern, "matches no topic",
+        raise OptionError(SUBSCRIBE_PATTERN.key, opts.subscription.pattern, "matches no topic",
                           "Create a matching topic first or fix the pattern")
     return parts
 
@@ -115,9 +123,9 @@ class StreamEnumerator:
         full_start = {tp: start.get(tp, wm[tp][0]) for tp in latest}  # new partitions from their first offset
         went_back = data_loss.beyond_log_end(full_start, wm)  # a batch must report it, even with nothing to read
         full_start = data_loss.skip_lost(full_start, wm)
-        if self.target is not None:
-            latest = {tp: max(full_start[tp], min(off, self.target.get(tp, full_start[tp])))
-                      for tp, off in latest.items()}
+        if self.target is not None:  # never past AvailableNow's end; a partition it does not know reads nothing
+            capped = planner.cap(latest, {**full_start, **self.target})
+            latest = {tp: max(full_start[tp], off) for tp, off in capped.items()}
         end = planner.rate_limit(full_start, latest, max_rows) if max_rows else latest
         end = {tp: max(off, full_start[tp]) for tp, off in end.items()}
         available = planner.backlog(full_start, end)

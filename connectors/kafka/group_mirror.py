@@ -10,9 +10,11 @@ will log in as its read does, and is refused when it would not.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.source_declarations import COMMIT_TO_GROUP
 from streamfill.errors import OptionError
 from streamfill.kafka_client import KAFKA_CONNECTION, describe, is_secret, settings_env
 from streamfill.partitions import TopicPartition
@@ -24,7 +26,8 @@ OWNER = ("bootstrap.servers", "sasl.username", "sasl.oauthbearer.client.id", "ss
          "ssl.key.location")
 TIMEOUT_S = 10.0  # the batch is committed by then: a mirror that cannot reach the cluster gives up, not the stream
 
-_brokers: dict[frozenset, Broker] = {}  # the committing process's client, kept for the next batch once it worked
+BROKERS_KEPT = 4  # mirror clients a committing process keeps; past that the least recently used is dropped
+_brokers: OrderedDict[frozenset, Broker] = OrderedDict()  # kept for the next batch once it worked
 
 
 def kept(kafka: Mapping[str, str]) -> dict[str, str]:
@@ -78,7 +81,7 @@ def _not_carried(group: str, lacking: list[str], kafka: Mapping[str, str], setti
         fix = (f"streamfill's settings have no field for {', '.join(fieldless)}: give the client's key as PEM files "
                "(STREAMFILL_KAFKA_SSL_CERTIFICATE_LOCATION, STREAMFILL_KAFKA_SSL_KEY_LOCATION and "
                "STREAMFILL_KAFKA_SSL_KEY_PASSWORD). " + fix)
-    return OptionError("commitToGroup", group, f"needs {names} in the process that commits each batch, which takes "
+    return OptionError(COMMIT_TO_GROUP.key, group, f"needs {names} in the process that commits each batch, which takes "
                        "Kafka secrets from its STREAMFILL_KAFKA_* settings alone (never from offsets_db or the "
                        f"query's options), and {why}", fix)
 
@@ -90,3 +93,5 @@ def commit(stored: Mapping[str, str], group: str, positions: Mapping[TopicPartit
     broker = _brokers.pop(key, None) or Broker(conf, TIMEOUT_S)
     broker.commit_group(group, positions)
     _brokers[key] = broker
+    while len(_brokers) > BROKERS_KEPT:
+        _brokers.popitem(last=False)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from streamfill.connectors.kafka.source_declarations import STARTING_OFFSETS, STARTING_TIMESTAMP
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 
@@ -110,8 +111,8 @@ def parse_start(raw: str, option: str) -> Earliest | Latest | GlobalTimestamp:
 def start_option(spec: Earliest | Latest | GlobalTimestamp) -> tuple[str, str]:
     """The source option (name, value) that starts a read at `spec`."""
     if isinstance(spec, GlobalTimestamp):
-        return "startingTimestamp", str(spec.timestamp_ms)
-    return "startingOffsets", "earliest" if isinstance(spec, Earliest) else "latest"
+        return STARTING_TIMESTAMP.key, str(spec.timestamp_ms)
+    return STARTING_OFFSETS.key, "earliest" if isinstance(spec, Earliest) else "latest"
 
 
 def json_int(value: object) -> bool:

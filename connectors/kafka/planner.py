@@ -4,21 +4,27 @@ rateLimit). Pure functions over positions and watermarks; `spark.read` and `spar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 from streamfill.connectors.kafka.offsets import Watermarks
+from streamfill.connectors.kafka.source_declarations import ENDING_OFFSETS
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
-    """Half-open [start, end) of one partition: the unit of work of one task."""
+    """Half-open [start, end) of one partition: the unit of work of one task, and what offsets_db records of a
+    plan. `log_start` and `log_end` are the partition's watermarks when it was planned (None: not known); they are
+    a record of that moment, not part of the range, so two ranges with the same bounds are equal."""
 
     topic: str
     partition: int
     start: int
     end: int
+    log_start: int | None = field(default=None, compare=False)
+    log_end: int | None = field(default=None, compare=False)
 
     @property
     def tp(self) -> TopicPartition:
@@ -32,10 +38,10 @@ class OffsetRange:
         """parts ordered, disjoint, covering pieces of nearly equal size (never an empty one)."""
         parts = max(1, min(parts, self.size))
         bounds = [self.start + self.size * i // parts for i in range(parts + 1)]
-        return [OffsetRange(self.topic, self.partition, a, b) for a, b in zip(bounds, bounds[1:])]
+        return [OffsetRange(self.topic, self.partition, a, b) for a, b in pairwise(bounds)]
 
 
-def ranges_between(start: Positions, end: Positions, *, option: str = "endingOffsets") -> list[OffsetRange]:
+def ranges_between(start: Positions, end: Positions, *, option: str = ENDING_OFFSETS.key) -> list[OffsetRange]:
     """One range per partition from start to end; an end before its start is the user's error."""
     out = []
     for tp in sorted(end):

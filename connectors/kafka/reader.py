@@ -20,13 +20,13 @@ import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
+from streamfill.bounded_cache import BoundedCache
 from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill.connectors.kafka.data_loss import DataLoss, enforce
 from streamfill.connectors.kafka.json_values import JsonColumns
 from streamfill.connectors.kafka.planner import OffsetRange
-from streamfill.kafka_client import DEFAULT_GROUP_ID
 from streamfill.errors import BrokerError
-from streamfill.kafka_client import describe
+from streamfill.kafka_client import DEFAULT_GROUP_ID, describe
 
 log = logging.getLogger("streamfill.reader")
 
@@ -38,41 +38,48 @@ ARROW_SCHEMA = pa.schema([
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 BATCH_SIZE = 20_000
-# librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local queue holds
-# queued.min.messages (100,000): that slowed a partition's read, and it is what made large fetches look faster.
-# With 10 ms, a small fetch per partition reads as fast as a large one and fetches least past the range's end,
-# which librdkafka also decompresses (bench/read_throughput.py).
-# A range that ends at the log's end leaves a fetch at that end in flight, which the broker holds for
-# fetch.wait.max.ms (500 ms by default) when no record comes, and librdkafka sends the next task's first fetch
-# only after it: a short fetch.wait.max.ms keeps the next range from waiting for its first records.
-# kafka.* options override these.
+# a short fetch.queue.backoff.ms: librdkafka's 1 s pause once its queue is full would stall a partition's read;
+# a short fetch.wait.max.ms: the broker holds a fetch left in flight at a range's end that long, and the next
+# task's first fetch waits behind it. kafka.* options override these.
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(2 * 1024 * 1024), "fetch.max.bytes": str(64 * 1024 * 1024),
                   "fetch.queue.backoff.ms": "10", "fetch.wait.max.ms": "50"}
-_consumers: dict[frozenset, Consumer] = {}
+CONSUMERS_KEPT = 8  # configurations a worker keeps a consumer for; past that the least recently used is closed
 _refusals: dict[frozenset, str] = {}  # a consumer's login or TLS refused by the broker: waiting cannot help
+
+
+def _new_consumer(key: frozenset) -> Consumer:
+    kafka = dict(key)
+
+    def on_error(err: KafkaError) -> None:
+        found = refusal(kafka, err.str())
+        if found:
+            _refusals.setdefault(key, found)
+
+    return Consumer({
+        "group.id": DEFAULT_GROUP_ID,
+        "isolation.level": "read_committed",
+        **FETCH_DEFAULTS,
+        **kafka,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": False,
+        "error_cb": on_error,
+    })
+
+
+def _close_consumer(key: frozenset, consumer: Consumer) -> None:
+    _refusals.pop(key, None)
+    consumer.close()
+
+
+_consumers: BoundedCache[frozenset, Consumer] = BoundedCache(CONSUMERS_KEPT, close=_close_consumer)
 
 
 def consumer_for(kafka: Mapping[str, str]) -> Consumer:
     """One consumer per configuration in this Python worker, reused across ranges and tasks."""
     key = frozenset(kafka.items())
-    if key not in _consumers:
-        def on_error(err: KafkaError) -> None:
-            found = refusal(kafka, err.str())
-            if found:
-                _refusals.setdefault(key, found)
-
-        _consumers[key] = Consumer({
-            "group.id": DEFAULT_GROUP_ID,
-            "isolation.level": "read_committed",
-            **FETCH_DEFAULTS,
-            **kafka,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": False,
-            "error_cb": on_error,
-        })
-    return _consumers[key]
+    return _consumers.get(key, lambda: _new_consumer(key))
 
 
 def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: bool = False,
@@ -131,12 +138,9 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while one consume() batch becomes Arrow.
-
-    A batch allocates tens of thousands of tracked Message objects, all freed by reference count when it is
-    converted. Left on, the collector scans them, and the Spark worker's whole heap in its full collections,
-    over and over: that cost more than reading.
-    """
+    """Pause Python's cyclic garbage collector while one consume() batch becomes Arrow: the batch's many Message
+    objects are freed by reference count, and a running collector would scan them (and the Spark worker's whole
+    heap) again and again."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -185,7 +189,7 @@ def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, 
 def _watermarks(consumer: Consumer, r: OffsetRange, kafka: Mapping[str, str]) -> tuple[int, int]:
     try:
         return consumer.get_watermark_offsets(KTopicPartition(r.topic, r.partition), timeout=10, cached=False)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # KafkaException or a timeout: either way the broker did not answer
         raise BrokerError(f"asking bootstrap servers {kafka.get('bootstrap.servers')} for the offsets of "
                           f"{r.topic}-{r.partition} failed: {exc}") from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from streamfill.connectors.kafka.source_declarations import ASSIGN, SUBSCRIBE
 from streamfill.errors import OptionError
 from streamfill.partitions import TopicPartition
 
@@ -23,7 +24,7 @@ class Subscribe:
     def partitions(self, metadata: TopicMetadata) -> list[TopicPartition]:
         unknown = [t for t in self.topics if t not in metadata]
         if unknown:
-            raise OptionError("subscribe", ",".join(self.topics), f"unknown topic(s) {', '.join(unknown)}",
+            raise OptionError(SUBSCRIBE.key, ",".join(self.topics), f"unknown topic(s) {', '.join(unknown)}",
                               "Create the topic first or fix its name; the broker has "
                               f"{_some(metadata)}")
         return [TopicPartition(t, p) for t in self.topics for p in range(metadata[t])]
@@ -52,10 +53,10 @@ class Assign:
     def partitions(self, metadata: TopicMetadata) -> list[TopicPartition]:
         for tp in self.assignment:
             if tp.topic not in metadata:
-                raise OptionError("assign", tp.topic, f"unknown topic {tp.topic}",
+                raise OptionError(ASSIGN.key, tp.topic, f"unknown topic {tp.topic}",
                                   f"Create it first or fix its name; the broker has {_some(metadata)}")
             if tp.partition >= metadata[tp.topic]:
-                raise OptionError("assign", str(tp), f"topic {tp.topic} has partitions 0..{metadata[tp.topic] - 1}",
+                raise OptionError(ASSIGN.key, str(tp), f"topic {tp.topic} has partitions 0..{metadata[tp.topic] - 1}",
                                   "Assign only partitions that exist")
         return list(self.assignment)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill import failpoints
+from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill.errors import BrokerError
 from streamfill.kafka_client import describe
 
@@ -121,7 +121,7 @@ def _send(producer: Producer, batch: pa.RecordBatch, topic: str | None, delivery
     topics = [topic] * batch.num_rows if topic else _column(batch, "topic")
     partitions = _column(batch, "partition") or [None] * batch.num_rows
     headers = _column(batch, "headers") or [None] * batch.num_rows
-    for value, key, t, p, h in zip(values, keys, topics, partitions, headers):
+    for value, key, t, p, h in zip(values, keys, topics, partitions, headers, strict=False):
         if t is None:
             raise BrokerError("a row has a null topic and no topic option is set: set .option('topic', ...) or "
                               "fill the topic column")

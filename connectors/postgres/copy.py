@@ -49,8 +49,8 @@ def _encoder(schema: pa.Schema, nested: set[str]) -> ArrowToPostgresBinaryEncode
 
 
 def encode(batches: Iterable[pa.RecordBatch], columns: Sequence[str], write_id: str | None) -> Iterator[bytes]:
-    """COPY binary input of `columns` in order with the write id last (when given), one chunk per batch (empty batches and
-    empty chunks skipped: copy_expert takes an empty read for the end of the input)."""
+    """COPY binary input of `columns` in order with the write id last (when given), one chunk per batch (empty
+    batches and empty chunks skipped: copy_expert takes an empty read for the end of the input)."""
     encoder = None
     for batch in batches:
         if not batch.num_rows:

@@ -13,6 +13,20 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
+from streamfill.connectors.postgres.sink_declarations import (
+    COLUMN_TYPES,
+    DEAD_LETTERS,
+    DELETES,
+    ENDING_OFFSETS,
+    EVOLVE_SCHEMA,
+    JOB,
+    JOB_GENERATION,
+    KEY_COLUMNS,
+    MODE,
+    ROUTES,
+    TABLE,
+    URL,
+)
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.options import boolean, job_generation
@@ -93,20 +107,20 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
     and the fix. `writing` is False for the check a job makes before it starts (`prepare_table`), which needs no
     hold on the job yet."""
     opts = {k.lower(): str(v) for k, v in options.items()}
-    schema, table = parse_table(opts.get("table"))
-    mode = parse_mode(opts.get("mode"))
-    job = opts.get("job")
+    schema, table = parse_table(opts.get(TABLE.name))
+    mode = parse_mode(opts.get(MODE.name))
+    job = opts.get(JOB.name)
     if job is not None:
         validate_job_name(job)
-    dead_letters = boolean(opts, "deadLetters")
+    dead_letters = boolean(opts, DEAD_LETTERS)
     if dead_letters:
         missing = [n for n in (*(n for n, _ in DEAD_LETTER_COLUMNS), *KAFKA_COORDINATES) if n not in columns]
         if job is None or missing:
-            raise OptionError("deadLetters", opts["deadletters"], "needs the job option and the columns _error, "
+            raise OptionError(DEAD_LETTERS.key, opts[DEAD_LETTERS.name], "needs the job option and the columns _error, "
                               f"_raw, topic, partition and offset (missing: {', '.join(missing) or 'none'}; job: "
                               f"{job})", "Build the DataFrame with a pipeline's parse (spark_jobs.pipelines)")
-    deletes = boolean(opts, "deletes")
-    routed = opts.get("routes")
+    deletes = boolean(opts, DELETES)
+    routed = opts.get(ROUTES.name)
     handled = {*(dict(DEAD_LETTER_COLUMNS) if dead_letters else ()), *((DELETE_COLUMN,) if deletes else ()),
                *((ROUTE_COLUMN,) if routed else ())}
     written = [c for c in columns if c not in handled]
@@ -114,25 +128,25 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
     if routes:  # the write's own table, key and mode are its first route's
         schema, table, mode = routes[0].schema, routes[0].table, routes[0].mode
         written = list(routes[0].columns)
-    key = parse_key(opts.get("keycolumns"), written) if not routes else routes[0].key
+    key = parse_key(opts.get(KEY_COLUMNS.name), written) if not routes else routes[0].key
     version = version_order(written) if mode == REPLACE else ()
     if deletes:
-        _check_deletes(opts["deletes"], mode, key, version, columns, routes)
+        _check_deletes(opts[DELETES.name], mode, key, version, columns, routes)
     if mode == REPLACE and job is not None and not version:
-        raise OptionError("mode", "replace", "needs Kafka's timestamp, topic, partition and offset columns in the "
+        raise OptionError(MODE.key, "replace", "needs Kafka's timestamp, topic, partition and offset columns in the "
                           "DataFrame to tell which version of a key is the newest (the later Kafka timestamp wins, "
                           "then the higher topic, partition and offset)",
                           "Keep the columns kafka_timestamp (or timestamp), topic, partition and offset")
     bounded = job is not None and not streaming and writing
     why = "a bounded write with a job: without it the commit could not tell this write's batch from another launch's"
-    generation = job_generation(opts, job, why if bounded else None)
+    generation = job_generation(opts, JOB_GENERATION, job, why if bounded else None)
     if job is None and streaming:
-        raise OptionError("job", None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
+        raise OptionError(JOB.key, None, "is needed by a stream into streamfill_postgres (each micro-batch commits "
                           "with the job's offsets)", "Give the source and the sink the same .option('job', NAME)")
     return SinkOptions(schema=schema, table=table, mode=mode, key=key, version=version, job=job,
-                       dead_letters=dead_letters, evolve=boolean(opts, "evolveSchema"),
-                       column_types=_column_types(opts.get("columntypes"), written), generation=generation,
-                       ends=_ending_offsets(opts, job, streaming), url=opts.get("url") or None,
+                       dead_letters=dead_letters, evolve=boolean(opts, EVOLVE_SCHEMA),
+                       column_types=_column_types(opts.get(COLUMN_TYPES.name), written), generation=generation,
+                       ends=_ending_offsets(opts, job, streaming), url=opts.get(URL.name) or None,
                        deletes=deletes, routes=routes)
 
 
@@ -141,14 +155,14 @@ def _check_deletes(raw: str, mode: str, key: Sequence[str], version: Sequence[st
     """A write that deletes: mode replace, a key of its own, versions to order deletes with upserts, _delete."""
     fix = "Write with mode=replace, keyColumns naming the record's key, and a boolean _delete column"
     if routes:
-        raise OptionError("deletes", raw, "does not combine with routes", "Delete from one table per write")
+        raise OptionError(DELETES.key, raw, "does not combine with routes", "Delete from one table per write")
     if mode != REPLACE:
-        raise OptionError("deletes", raw, f"needs mode replace, not {mode}", fix)
+        raise OptionError(DELETES.key, raw, f"needs mode replace, not {mode}", fix)
     if tuple(key) == DEFAULT_KEY:
-        raise OptionError("deletes", raw, "needs a key of the record's own (keyColumns): with the default key "
+        raise OptionError(DELETES.key, raw, "needs a key of the record's own (keyColumns): with the default key "
                           "(topic, partition, offset) no two records share a row, so nothing could be deleted", fix)
     if not version or DELETE_COLUMN not in columns:
-        raise OptionError("deletes", raw, "needs the column _delete and Kafka's timestamp, topic, partition and "
+        raise OptionError(DELETES.key, raw, "needs the column _delete and Kafka's timestamp, topic, partition and "
                           f"offset columns (to order a delete with the key's versions); columns: {', '.join(columns)}",
                           fix)
 
@@ -161,24 +175,24 @@ def _routes(raw: str, written: Sequence[str], columns: Sequence[str]) -> tuple[R
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise OptionError("routes", raw, f"is not valid JSON ({exc.msg})", fix) from None
+        raise OptionError(ROUTES.key, raw, f"is not valid JSON ({exc.msg})", fix) from None
     if not isinstance(parsed, dict) or not parsed or ROUTE_COLUMN not in columns:
-        raise OptionError("routes", raw, "needs at least one table and a _route column", fix)
+        raise OptionError(ROUTES.key, raw, "needs at least one table and a _route column", fix)
     routes = []
     for name, about in parsed.items():
         if not isinstance(about, dict) or not isinstance(about.get("columns"), list):
-            raise OptionError("routes", raw, f"table {name!r} does not list its columns", fix)
+            raise OptionError(ROUTES.key, raw, f"table {name!r} does not list its columns", fix)
         schema, table = parse_table(name)
         taken = tuple(about["columns"])
         missing = [c for c in taken if c not in written]
         if missing:
-            raise OptionError("routes", raw, f"table {name!r} takes column(s) {', '.join(missing)} the DataFrame "
+            raise OptionError(ROUTES.key, raw, f"table {name!r} takes column(s) {', '.join(missing)} the DataFrame "
                               f"does not have (columns: {', '.join(written)})", fix)
         mode = parse_mode(about.get("mode"))
         key = parse_key(",".join(about["key"]) if about.get("key") else None, taken)
         version = version_order(taken) if mode == REPLACE else ()
         if mode == REPLACE and not version:
-            raise OptionError("routes", raw, f"table {name!r} is in mode replace without Kafka's timestamp, topic, "
+            raise OptionError(ROUTES.key, raw, f"table {name!r} is in mode replace without Kafka's timestamp, topic, "
                               "partition and offset columns to order a key's versions", fix)
         types = _column_types(json.dumps(about["columnTypes"]), taken) if about.get("columnTypes") else {}
         routes.append(Route(name, schema, table, taken, key, mode, version, types))
@@ -188,7 +202,7 @@ def _routes(raw: str, written: Sequence[str], columns: Sequence[str]) -> tuple[R
 def parse_mode(raw: str | None) -> str:
     mode = (raw or MODES[0]).strip().lower()
     if mode not in MODES:
-        raise OptionError("mode", raw, "is not a sink mode",
+        raise OptionError(MODE.key, raw, "is not a sink mode",
                           "Use append-new (keep rows whose key exists) or replace (upsert)")
     return mode
 
@@ -198,9 +212,9 @@ def parse_key(raw: str | None, columns: Sequence[str]) -> tuple[str, ...]:
     missing = [c for c in key if c not in columns]
     if missing:
         if raw:
-            raise OptionError("keyColumns", raw, f"column(s) {', '.join(missing)} are not in the DataFrame "
+            raise OptionError(KEY_COLUMNS.key, raw, f"column(s) {', '.join(missing)} are not in the DataFrame "
                               f"(columns: {', '.join(columns)})", "Name columns that exist")
-        raise OptionError("keyColumns", raw, f"the DataFrame has no {', '.join(missing)} column(s) for the default "
+        raise OptionError(KEY_COLUMNS.key, raw, f"the DataFrame has no {', '.join(missing)} column(s) for the default "
                           "unique key (topic, partition, offset)",
                           "Keep those columns or set keyColumns, e.g. .option('keyColumns', 'event_id')")
     return key
@@ -215,19 +229,19 @@ def _ending_offsets(opts: dict, job: str | None, streaming: bool) -> Positions |
     """`endingOffsets` of a bounded write with a job: {"topic": {"0": 123}}, the ends its read was given. The
     commit takes the batch planned to end exactly there, so a launch may plan its next batch before this one
     commits (without it, the commit takes the job's newest planned batch)."""
-    raw = opts.get("endingoffsets")
+    raw = opts.get(ENDING_OFFSETS.name)
     if raw is None:
         return None
     fix = 'Give the ends the read was given, as {"topic": {"0": 123}}, with the job option, on a df.write'
     if job is None or streaming:
-        raise OptionError("endingOffsets", raw, "is for a bounded write with a job", fix)
+        raise OptionError(ENDING_OFFSETS.key, raw, "is for a bounded write with a job", fix)
     try:
         ends = from_json_shape(json.loads(raw))
     except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        raise OptionError("endingOffsets", raw, "is not a JSON object of topics, partitions and offsets",
+        raise OptionError(ENDING_OFFSETS.key, raw, "is not a JSON object of topics, partitions and offsets",
                           fix) from None
     if not ends or any(tp.partition < 0 or end < 0 for tp, end in ends.items()):
-        raise OptionError("endingOffsets", raw, "needs at least one partition, with offsets of 0 or more", fix)
+        raise OptionError(ENDING_OFFSETS.key, raw, "needs at least one partition, with offsets of 0 or more", fix)
     return ends
 
 
@@ -239,16 +253,16 @@ def _column_types(raw: str | None, names: Sequence[str]) -> dict[str, str]:
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise OptionError("columnTypes", raw, f"is not valid JSON ({exc.msg})",
+        raise OptionError(COLUMN_TYPES.key, raw, f"is not valid JSON ({exc.msg})",
                           'Write it as {"meta": "jsonb"}') from None
     if not isinstance(parsed, dict):
-        raise OptionError("columnTypes", raw, "must map column names to types", 'Write it as {"meta": "jsonb"}')
+        raise OptionError(COLUMN_TYPES.key, raw, "must map column names to types", 'Write it as {"meta": "jsonb"}')
     for name, pg in parsed.items():
         if name not in names:
-            raise OptionError("columnTypes", raw, f"column {name!r} is not in the DataFrame",
+            raise OptionError(COLUMN_TYPES.key, raw, f"column {name!r} is not in the DataFrame",
                               f"Name columns that exist ({', '.join(names)})")
         if not isinstance(pg, str) or not _PG_TYPE.fullmatch(pg):
-            raise OptionError("columnTypes", raw, f"type {pg!r} of column {name} is not one the sink writes",
+            raise OptionError(COLUMN_TYPES.key, raw, f"type {pg!r} of column {name} is not one the sink writes",
                               "Use text, integer, bigint, double precision, numeric(p,s), boolean, date, timestamptz, "
                               "jsonb or bytea")
     return parsed

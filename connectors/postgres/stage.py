@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import psycopg2.errors
 from psycopg2 import sql
 
+from streamfill.connectors.postgres.column_types import normal_type
 from streamfill.connectors.postgres.copy import WRITE_ID
 from streamfill.connectors.postgres.sink_options import DEAD_LETTER_COLUMNS, KAFKA_COORDINATES
-from streamfill.connectors.postgres.target import Target, existing_columns, normal_type
+from streamfill.connectors.postgres.target import Target, existing_columns
 
 log = logging.getLogger("streamfill.postgres_stage")
 

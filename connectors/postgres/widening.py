@@ -4,7 +4,7 @@ digits before and after the point or more, varchar(n) to text or a longer varcha
 the table to make it. A rewrite copies every row and rebuilds the indexes while it holds ACCESS EXCLUSIVE, so every
 reader of the table waits for it; a binary-compatible change (varchar to text) or a larger type modifier at the same
 storage (a longer varchar, a numeric of more digits at the same scale) only updates the catalog. Pure: types in,
-the decision out; types are spelled as `target.normal_type` gives them."""
+the decision out; types are spelled as `column_types.normal_type` gives them."""
 
 from __future__ import annotations
 

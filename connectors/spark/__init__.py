@@ -20,6 +20,12 @@ def register(spark: SparkSession) -> None:
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(PostgresSink)
+    activate_session(spark)
+
+
+def activate_session(spark: SparkSession) -> None:
+    """Make `spark` the calling thread's active session, where Spark looks Python data sources up: PySpark has no
+    public call for it, and a thread the session did not start has none of its own."""
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 

@@ -6,9 +6,8 @@ error fails the task. A retried task or a replayed micro-batch sends its records
 a retry of that task fences and aborts the earlier attempt, so read_committed consumers see each record of a
 retried task once when the attempt failed in the sink (delivery error, lost Python worker or executor).
 It does not make a whole job atomic: a task that committed stays committed if another task then fails the
-job, and a micro-batch replayed after a driver crash is sent again. Measured on PySpark 4.3: when a Python
-UDF earlier in the same stage raises, the writer sees a normal end of its input and commits, so that
-attempt's records are visible too.
+job, and a micro-batch replayed after a driver crash is sent again; and when a Python UDF earlier in the same
+stage raises, Spark ends the writer's input normally and it commits, so that attempt's records are visible too.
 """
 
 from __future__ import annotations
@@ -23,9 +22,17 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from streamfill.connectors.kafka.client import client_config
+from streamfill.connectors.kafka.sink_declarations import (
+    KAFKA_BOOTSTRAP_SERVERS,
+    KAFKA_PROPERTIES,
+    TOPIC,
+    TRANSACTIONAL,
+    TRANSACTIONAL_ID_PREFIX,
+)
 from streamfill.connectors.kafka.writer import write_batches
 from streamfill.connectors.spark import worker_gc
 from streamfill.errors import OptionError
+from streamfill.options import boolean
 
 # set by the sink itself
 _FORBIDDEN = {"transactional.id", "key.serializer", "value.serializer"}
@@ -45,15 +52,15 @@ class Sent(WriterCommitMessage):
 
 def parse(options: dict, schema: StructType) -> KafkaSinkOptions:
     opts = {k.lower(): str(v) for k, v in options.items()}
-    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
-    if not kafka.get("bootstrap.servers"):
-        raise OptionError("kafka.bootstrap.servers", None, "is required",
+    kafka = {k[len(KAFKA_PROPERTIES.prefix):]: v for k, v in opts.items() if k.startswith(KAFKA_PROPERTIES.prefix)}
+    if not opts.get(KAFKA_BOOTSTRAP_SERVERS.name):
+        raise OptionError(KAFKA_BOOTSTRAP_SERVERS.key, None, "is required",
                           "Set it to the broker list, e.g. .option('kafka.bootstrap.servers', 'host:9092')")
     for key in sorted(_FORBIDDEN & set(kafka)):
-        raise OptionError(f"kafka.{key}", kafka[key], "is managed by the sink",
+        raise OptionError(f"{KAFKA_PROPERTIES.prefix}{key}", kafka[key], "is managed by the sink",
                           "Remove it; use transactional=true for transactions")
     fields = {f.name: f.dataType for f in schema.fields}
-    topic = opts.get("topic")
+    topic = opts.get(TOPIC.name)
     if "value" not in fields:
         raise OptionError("value", None, f"the DataFrame has no value column (columns: {', '.join(fields)})",
                           "Add a string or binary column named value")
@@ -69,12 +76,9 @@ def parse(options: dict, schema: StructType) -> KafkaSinkOptions:
     if topic is None and "topic" not in fields:
         raise OptionError("topic", None, "there is neither a topic option nor a topic column",
                           "Set .option('topic', 'name') or add a topic column")
-    transactional = opts.get("transactional", "false").lower()
-    if transactional not in ("true", "false"):
-        raise OptionError("transactional", opts["transactional"], "is not a boolean", "Use true or false")
     prefix = None
-    if transactional == "true":
-        prefix = opts.get("transactionalidprefix") or f"streamfill-{uuid.uuid4().hex[:12]}"
+    if boolean(opts, TRANSACTIONAL):
+        prefix = opts.get(TRANSACTIONAL_ID_PREFIX.name) or f"streamfill-{uuid.uuid4().hex[:12]}"
     return KafkaSinkOptions(client_config(kafka), topic, prefix)
 
 
@@ -99,7 +103,7 @@ def check_access(opts: KafkaSinkOptions) -> None:
 
 
 def _write(opts: KafkaSinkOptions, batches: Iterator[pa.RecordBatch]) -> Sent:
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     tx_id = None
     if opts.transactional_prefix:
         # the same id for every attempt of this task partition: a retry fences the attempt before it
@@ -115,12 +119,8 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         return _write(self.opts, iterator)
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: KafkaSinkOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Sent:
-        return _write(self.opts, iterator)
+class KafkaStreamWriter(KafkaBatchWriter, DataSourceStreamArrowWriter):
+    """A batch writer with the micro-batch's commit and abort, which have nothing left to do."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # every task flushed (and committed its transaction) before it returned

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from streamfill import failpoints
 from streamfill.connectors.kafka import options as source_options
 from streamfill.connectors.kafka.broker import Broker
 from streamfill.connectors.kafka.enumerator import Plan, StreamEnumerator, plan_bounded
@@ -32,13 +34,13 @@ from streamfill.connectors.kafka.offsets import Earliest
 from streamfill.connectors.kafka.options import SourceOptions
 from streamfill.connectors.kafka.planner import OffsetRange, offsets_behind, pack_ranges
 from streamfill.connectors.kafka.reader import read_range
+from streamfill.connectors.kafka.source_declarations import INCLUDE_HEADERS, JSON_COLUMNS
 from streamfill.connectors.spark import worker_gc
-from streamfill import failpoints
 from streamfill.errors import DataLossError
 from streamfill.partitions import from_json_shape, to_json_shape
 
 if TYPE_CHECKING:
-    from streamfill.connectors.spark.tracking import JobTracker
+    from streamfill.connectors.spark.job_offsets import JobTracker
 
 log = logging.getLogger("streamfill.source")
 
@@ -64,7 +66,7 @@ def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
     imported here and not at the top, so the read tasks' cold Python workers do not load it."""
     if opts.job is None:
         return None
-    from streamfill.connectors.spark.tracking import JobTracker, job_config
+    from streamfill.connectors.spark.job_offsets import JobTracker, job_config
 
     return JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts), generation=opts.job_generation,
                       wait_ms=opts.wait_for_job_ms)
@@ -81,7 +83,7 @@ def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Pla
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     # an empty plan reaches the task as a bare InputPartition with no range
     for r in partition.value if isinstance(partition.value, tuple) else ():
         yield from read_range(r, opts.kafka, include_headers=opts.include_headers,
@@ -98,9 +100,9 @@ class KafkaDataSource(DataSource):
         return "streamfill_kafka"
 
     def schema(self) -> str:
-        worker_gc.settle()
-        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
-        typed = self.options.get("jsonColumns")
+        worker_gc.freeze_after_imports()
+        include = str(self.options.get(INCLUDE_HEADERS.key, INCLUDE_HEADERS.default)).lower() == "true"
+        typed = self.options.get(JSON_COLUMNS.key)
         return (SCHEMA + (HEADERS if include else "")
                 + (", " + JsonColumns.from_option(typed).spark_schema if typed is not None else ""))
 
@@ -125,16 +127,15 @@ class KafkaDataSource(DataSource):
         return kafka_sink.KafkaStreamWriter(opts)
 
 
-_brokers: dict[frozenset, Broker] = {}
-
-
 def _broker(kafka: dict[str, str]) -> Broker:
     """One admin client per configuration in this planning process (Spark keeps it for the next plan): a
-    backfill plans a read per chunk, and a new client's connection and first metadata cost about 40 ms."""
-    key = frozenset(kafka.items())
-    if key not in _brokers:
-        _brokers[key] = Broker(kafka)
-    return _brokers[key]
+    backfill plans a read per chunk, and need not connect and fetch metadata anew for each."""
+    return _broker_for(frozenset(kafka.items()))
+
+
+@functools.lru_cache(maxsize=8)
+def _broker_for(kafka: frozenset) -> Broker:
+    return Broker(dict(kafka))
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -142,7 +143,7 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        worker_gc.settle()
+        worker_gc.freeze_after_imports()
         tracker = _tracker(self.opts, "backfill")  # with the launch's jobGeneration: it holds the job
         plan = _recording_loss(tracker, lambda: plan_bounded(self.opts, _broker(self.opts.kafka)))
         if tracker is not None:

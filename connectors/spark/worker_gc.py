@@ -1,8 +1,5 @@
-"""Spark's reused Python workers run a full gc.collect() after every task and every planning call.
-
-A worker that has loaded pyarrow, SQLAlchemy and the connector tracks about 100,000 objects, so each of those
-collections costs about 60 ms of CPU, paid by every worker a chunk or micro-batch touches. Moving what the
-imports made into the permanent generation (gc.freeze) leaves those collections only what a task makes."""
+"""Spark's reused Python workers run a full gc.collect() after every task and every planning call: moving what the
+imports made into the permanent generation (gc.freeze) leaves those collections only what a call makes."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import sys
 _modules_at_freeze = 0
 
 
-def settle() -> None:
+def freeze_after_imports() -> None:
     """Freeze what is tracked now if modules were loaded since the last freeze, inside a reused Spark Python
     worker only. Called first thing in each call Spark makes into a worker: the collection after the previous
     call has just run, so what is frozen is what the imports keep alive, not a task's garbage."""

@@ -15,10 +15,10 @@ from typing import Protocol
 
 from sqlalchemy import Engine, select
 
+from streamfill.names import WINDOW
 from streamfill.offsets_db.models import Job, Run
 from streamfill.orchestration import dag_ids
 from streamfill.spark_jobs.pipelines import PipelineSpec
-from streamfill.names import WINDOW
 
 
 class Reader(Protocol):
@@ -32,7 +32,7 @@ class Reader(Protocol):
 
 
 # the jobs streamfill names after an entry: `<entry>.<kind>.<window or digest>` (streamfill.names.window_job,
-# spark_jobs.backfill.backfill_job)
+# spark_jobs.backfill_args.backfill_job)
 NAMED_AFTER_ENTRY = (WINDOW, "replay", "backfill")
 
 

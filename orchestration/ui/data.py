@@ -9,15 +9,15 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine
 
+from streamfill.errors import StreamfillError
+from streamfill.names import validate_job_name
 from streamfill.offsets_db import dashboard
-from streamfill.orchestration.jobs_file import jobs_file
-from streamfill.orchestration.tasks import health_problems
+from streamfill.orchestration.jobs_file_variable import jobs_file
+from streamfill.orchestration.stream_health import commit_too_old, health_problems, lags_too_far
 from streamfill.orchestration.ui import db
 from streamfill.orchestration.ui import format as fmt
 from streamfill.orchestration.ui.access import Access, entry_of
 from streamfill.spark_jobs.pipelines import PipelineSpec, load
-from streamfill.errors import StreamfillError
-from streamfill.names import validate_job_name
 
 DEFAULT_KEY = ["topic", "partition", "offset"]
 OVERVIEW_LIMIT = 200  # jobs on the overview unless the page asks for more (?limit=)
@@ -87,8 +87,8 @@ def overview(engine: Engine, ui_root: str, now: datetime | None = None, limit: i
             caught_up = now_lag is not None and now_lag[0] == 0  # a quiet topic: nothing to commit
             problems = health_problems(r["name"], r["last_commit"], r["max_lag"], max_age, spec.health.max_lag, now,
                                        caught_up)
-            stale = not caught_up and (r["last_commit"] is None or now - r["last_commit"] > max_age)
-            lagging = r["max_lag"] is not None and r["max_lag"] > spec.health.max_lag
+            stale = not caught_up and commit_too_old(r["last_commit"], max_age, now)
+            lagging = lags_too_far(r["max_lag"], spec.health.max_lag)
         rows.append({
             "name": r["name"], "kind": r["kind"], "entry": spec is not None,
             "state": r["status"] or "no run", "run_link": run_link(ui_root, r["dag_id"], r["airflow_run_id"]),
@@ -204,7 +204,7 @@ def find(engine: Engine, job: dict[str, Any], ui_root: str, topic: str, partitio
     if table is not None:
         try:
             row = dashboard.row_key(engine, table, key, topic, partition, offset)
-        except Exception as exc:  # noqa: BLE001 - a table gone or changed is shown, not raised
+        except Exception as exc:  # a table gone or changed is shown, not raised
             row_error = f"cannot read {table}: {str(exc).splitlines()[0]}"
     dead = dashboard.dead_letter_at(engine, job["id"], topic, partition, offset)
     return {"topic": topic, "partition": partition, "offset": offset, "batches": batches, "table": table,

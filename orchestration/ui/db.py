@@ -12,11 +12,11 @@ import time
 
 from sqlalchemy import Engine
 
+from streamfill.errors import StreamfillError
 from streamfill.offsets_db import revision
 from streamfill.offsets_db.engine import make_engine
 from streamfill.orchestration.connections import POSTGRES_READER_CONNECTION, kafka_client, postgres_url
-from streamfill.orchestration.tasks import KAFKA_CONN, POSTGRES_CONN
-from streamfill.errors import StreamfillError
+from streamfill.orchestration.endpoints import KAFKA_CONN, POSTGRES_CONN
 from streamfill.settings import get_settings
 
 log = logging.getLogger("streamfill.ui")

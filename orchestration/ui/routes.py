@@ -15,12 +15,12 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.exc import SQLAlchemyError
 
+from streamfill.errors import OptionError, StreamfillError
 from streamfill.orchestration.connections import API_CONNECTION
 from streamfill.orchestration.ui import PREFIX, TRIGGER_ACCESS, data, db, triggers
 from streamfill.orchestration.ui import format as fmt
 from streamfill.orchestration.ui.access import Access
 from streamfill.orchestration.ui.auth import READER, AccessDep
-from streamfill.errors import OptionError, StreamfillError
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(default=True, default_for_string=True))

@@ -11,8 +11,8 @@ from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session
 from sqlalchemy import select
 
-from streamfill.orchestration.ui.auth import authorized, every_dag, run_requests
 from streamfill.errors import StreamfillError
+from streamfill.orchestration.ui.auth import authorized, every_dag, run_requests
 
 
 class NoSuchRun(StreamfillError, LookupError):

@@ -10,8 +10,8 @@ from datetime import datetime
 
 from streamfill.connectors.kafka.broker import Broker
 from streamfill.connectors.kafka.writer import send_records
-from streamfill.spark_jobs.demo.events import FIELDS, records
 from streamfill.errors import OptionError
+from streamfill.spark_jobs.demo.events import FIELDS, records
 
 
 @dataclass

@@ -2,10 +2,12 @@
 (`compile`), a table,
 and quality checks from the same rules (`expectations`). `load` reads every entry of the jobs file."""
 
+from streamfill.spark_jobs.pipelines.columns import ColumnSpec
 from streamfill.spark_jobs.pipelines.jobs_file import JobsFileError, jobs_file, load, read
-from streamfill.spark_jobs.pipelines.spec import Column, Health, PipelineSpec
+from streamfill.spark_jobs.pipelines.nested_specs import HealthSpec
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
-__all__ = ["Column", "Health", "JobsFileError", "PipelineSpec", "entry", "jobs_file", "load", "read"]
+__all__ = ["ColumnSpec", "HealthSpec", "JobsFileError", "PipelineSpec", "entry", "jobs_file", "load", "read"]
 
 
 def entry(name: str, option: str = "--pipeline") -> PipelineSpec:

@@ -16,11 +16,18 @@ import json
 from collections.abc import Iterator, Mapping
 from datetime import date, datetime, time
 from decimal import Decimal
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import pyarrow as pa
 
-from streamfill.spark_jobs.pipelines.registry import UnknownSchemaId, writer_schema
+from streamfill.changes import TOMBSTONE
+from streamfill.spark_jobs.pipelines.registry import UnknownSchemaId, client_settings, writer_schema
+
+if TYPE_CHECKING:  # the read's tasks import this module without Spark's DataFrame
+    from pyspark.sql import DataFrame
+
+    from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 WIRE_FORMATS = ("plain", "confluent")
 
@@ -58,7 +65,7 @@ def to_json(value: bytes, schema, wire_format: str = "plain",
     buffer = io.BytesIO(value)
     try:
         datum = fastavro.schemaless_reader(buffer, writer, reader)
-    except Exception as exc:  # noqa: BLE001 - any decoding or resolution failure makes a dead letter
+    except Exception as exc:  # any decoding or resolution failure makes a dead letter
         return None, f"value is not Avro of {what}: {type(exc).__name__}: {exc}"[:500]
     if buffer.tell() != len(value):
         return None, f"value is not Avro of {what}: {len(value) - buffer.tell()} bytes left over"
@@ -95,9 +102,29 @@ def _tombstone_keys(batch: pa.RecordBatch, registry: Mapping[str, str]) -> list[
     """The batch's keys, each of a null value in Confluent's wire format as its datum's JSON. A key that does
     not decode stays as it came: the parse then says why it names no row."""
     out = []
-    for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
+    for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True):
         text = None
         if value is None and key is not None and key[:1] == b"\0":
             text, _ = to_json(key, None, "confluent", registry)
         out.append(key if text is None else text)
     return out
+
+
+def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Avro values decoded in Python (fastavro, inside the read's own tasks) into JSON text, so Avro and JSON share
+    one typed path and one set of rules; `_avro_error` says why a value did not decode. Spark's from_avro would
+    need the spark-avro jar, which PySpark does not ship."""
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    schema = json.loads(spec.avro_schema_path.read_text()) if spec.avro_schema else spec.registry_reader_schema
+    wire = spec.wire_format
+    registry = client_settings(spec.schema_registry.url) if spec.schema_registry is not None else None
+    keys = spec.deletes == TOMBSTONE and registry is not None  # a tombstone's key read by the registry too
+    # a new schema: StructType.add would change the input DataFrame's own
+    out_schema = StructType([*kafka.schema.fields, StructField("_avro_error", StringType()),
+                             StructField("_original", BinaryType())])
+
+    def decode(batches: Iterator) -> Iterator:
+        yield from to_json_batches(batches, schema, wire, registry, keys)
+
+    return kafka.mapInArrow(decode, out_schema)

@@ -17,14 +17,15 @@ from streamfill.rules import Rule, rules_of
 from streamfill.spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 
 COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")  # every table has them
-COORDINATE_TYPES = dict(zip(COORDINATES, ("string", "int", "bigint", "timestamp")))  # as an entry's types
+COORDINATE_TYPES = dict(zip(COORDINATES, ("string", "int", "bigint", "timestamp"), strict=True))  # as an entry's types
 # source_position too, in every format: the sink orders a key's versions by a column of that name first
 RESERVED = (*COORDINATES, "_error", "_raw", DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION)
+RAW_COLUMNS = ("key", "value", "headers")  # format raw: the record as it came
 COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 FIELD_PATH = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*(\.[A-Za-z_$][A-Za-z0-9_$-]*)*")
 
 
-class Column(BaseModel):
+class ColumnSpec(BaseModel):
     """A typed column of the table, read from the value's field `field` (default: the column's name)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -66,7 +67,7 @@ class Column(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _rules_fit_the_type(self) -> Column:
+    def _rules_fit_the_type(self) -> ColumnSpec:
         t = parse_type(self.type)
         self._type = t
         kind = t.name
@@ -125,7 +126,7 @@ def _iso(text: str) -> bool:
     return True
 
 
-def check_column_names(columns: Mapping[str, Column]) -> None:
+def check_column_names(columns: Mapping[str, ColumnSpec]) -> None:
     """Each name is one PostgreSQL takes unquoted and none is a platform's column (ValueError naming it)."""
     for name in columns:
         if not COLUMN_NAME.fullmatch(name):

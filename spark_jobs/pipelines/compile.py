@@ -14,32 +14,35 @@ fails a batch.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION, SOURCE_POSITION_TYPE, TOMBSTONE
-from streamfill.connectors.kafka.json_values import CHECKED, OPTION, PARSED, PREFIX, JsonColumns, ValueColumn, can_check
-from streamfill.spark_jobs.pipelines import envelope, reasons
-from streamfill.spark_jobs.pipelines.columns import COORDINATES
-from streamfill.spark_jobs.pipelines.reasons import NUL
-from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS, RouteTable
-from streamfill.spark_jobs.pipelines.spec import Column, PipelineSpec
-from streamfill.spark_jobs.pipelines.types import NUMERIC
+from streamfill.bounded_cache import BoundedCache
+from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION, SOURCE_POSITION_TYPE
+from streamfill.connectors.kafka.json_values import PARSED, PREFIX
 from streamfill.errors import OptionError
-from streamfill.rules import BOUNDS, BrokenWhen, Rule, Shown
-
-CORRUPT = envelope.CORRUPT
-STRUCT_CORRUPT = "_streamfill_corrupt"  # a struct column's own corrupt-record field, dropped once checked
-JSON_TEXT = "_json"  # the value's top-level fields as text (from_json), CORRUPT set when it is not JSON
-JSON_EXACT = "_json_exact"  # the top-level fields json columns read, as variants: their exact JSON
-ROUTE_VALUE = "_route_value"  # the text of a routed entry's route field
+from streamfill.spark_jobs.pipelines import envelope
+from streamfill.spark_jobs.pipelines.avro import decode_avro
+from streamfill.spark_jobs.pipelines.columns import COORDINATES
+from streamfill.spark_jobs.pipelines.envelope import CORRUPT
+from streamfill.spark_jobs.pipelines.jvm_select import select_sent_once
+from streamfill.spark_jobs.pipelines.readings import (
+    JSON_EXACT,
+    JSON_TEXT,
+    ROUTE_VALUE,
+    Reading,
+    raw_field,
+    readings_by_column,
+    typed_value,
+)
+from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS, RouteTable
+from streamfill.spark_jobs.pipelines.rule_checks import checks_left_by_the_read, first_error, first_of
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
 def _coordinates() -> list[SparkColumn]:
@@ -48,7 +51,7 @@ def _coordinates() -> list[SparkColumn]:
 
 def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Kafka's rows (Spark's Kafka schema) into the entry's table rows with `_error` and `_raw`. A read with
-    `reader_options(spec)` brings the values it typed itself (`_parsed`); Spark parses the others."""
+    `typed_in_read.reader_options(spec)` brings the values it typed itself (`_parsed`); Spark parses the others."""
     if spec.format == "raw":
         return kafka.select(*_coordinates(), "key", "value", _headers(kafka),
                             F.lit(None).cast("string").alias("_error"),
@@ -60,64 +63,6 @@ def parse(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
         if not spec.all_derived:
             raise
         raise _bad_derived(check(kafka, spec), spec) from None
-
-
-def reader_options(spec: PipelineSpec) -> dict[str, str]:
-    """The `streamfill_kafka` options that have the read type the entry's JSON values itself where the result is
-    certain to be Spark's (connectors.kafka.json_values, less CPU than from_json and the casts);
-    none for an entry it cannot type (Avro, raw or Debezium values, a routed entry, nested types, paths into the
-    value, a json column, an `in` list of numbers other than whole ones: json_values.can_check). `parse` gives
-    the same rows and dead letters either way."""
-    columns = _json_columns(spec)
-    return {} if columns is None else {OPTION: columns.to_option()}
-
-
-_typed_columns: dict[tuple[object, str], JsonColumns | None] = {}
-
-
-def _json_columns(spec: PipelineSpec) -> JsonColumns | None:
-    if spec.format != "json" or spec.route is not None:  # a route's rules depend on the record's table
-        return None
-    fields = [c.field or name for name, c in spec.columns.items()]
-    if len(set(fields)) != len(fields) or CORRUPT in fields or any("." in f for f in fields):
-        return None
-    if not all(can_check(str(c.column_type), spec.rules(name)) for name, c in spec.columns.items()):
-        return None
-    from pyspark import SparkContext
-
-    key = (SparkContext._gateway, spec.model_dump_json(include={"format", "columns", "key"}))
-    with _building:
-        if key not in _typed_columns:
-            _typed_columns[key] = _with_bounds(spec)
-        return _typed_columns[key]
-
-
-def _with_bounds(spec: PipelineSpec) -> JsonColumns:
-    """The entry's columns for the reader with the rules it checks, each min and max as Spark casts it (the same
-    `_bound` the checks compare with), computed once on the driver from a one-row local relation. A bound Spark
-    cannot cast never fires, so the reader does not get it."""
-    from pyspark.sql import SparkSession
-
-    bounds = []
-    for name, c in spec.columns.items():
-        kind = c.column_type.name
-        for rule in spec.rules(name):
-            if rule.broken_when in BOUNDS:
-                bound = _bound(rule.operand, c)
-                bound = (F.unix_micros(bound) if kind == "timestamp" else F.unix_date(bound) if kind == "date"
-                         else bound.cast("string") if kind == "decimal" else bound)
-                bounds.append(bound.alias(f"{rule.key}_{name}"))
-    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()  # a backfill's chunk thread
-    got = spark.createDataFrame([(0,)], "x int").select(*bounds).first().asDict() if bounds else {}
-
-    def checked_in_read(name: str) -> tuple[Rule, ...]:
-        rules = [Rule(r.key, got[f"{r.key}_{name}"]) if r.broken_when in BOUNDS else r
-                 for r in spec.rules(name) if r.broken_when in CHECKED]
-        return tuple(r for r in rules if r.operand is not None)
-
-    return JsonColumns(tuple(
-        ValueColumn(name=name, field=c.field or name, type=str(c.column_type), rules=checked_in_read(name))
-        for name, c in spec.columns.items()), reserved=(CORRUPT,))
 
 
 def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
@@ -149,8 +94,8 @@ def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
 @dataclass(frozen=True)
 class _Projections:
     """The entry's columns for each projection of `check` and `parse`. They name columns and are bound to no
-    DataFrame, so one entry builds them once: a backfill parses every chunk with them (building them is about
-    2,800 calls into the JVM, 0.25 s of the driver's time per chunk)."""
+    DataFrame, so one entry builds them once: a backfill parses every chunk with them, and building them calls
+    into the JVM for every column."""
 
     # an entry that can delete: its key and value parsed, unwrapped, and the document its columns read (envelope)
     change_parsed: tuple[SparkColumn | str, ...]
@@ -161,69 +106,32 @@ class _Projections:
     checked: tuple[SparkColumn | str, ...]  # typed values and the first rule broken (_error)
     rows: tuple[SparkColumn | str, ...]  # a dead letter's typed values cleared
     out: tuple[SparkColumn | str, ...]  # derived columns and _raw
-    # projection -> the JVM's Seq of its columns, made on first use: PySpark's select sends each column (and each
-    # column name) to the JVM in calls of its own, about 90 round trips of py4j per chunk for these projections
+    # projection -> the JVM's Seq of its columns (jvm_select), made on first use
     _java: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     def select(self, df: DataFrame, *projections: str) -> DataFrame:
         """df.select(*<projection>) for each projection in turn, its columns sent to the JVM once per entry and
         session; an empty projection (an entry that needs none) is skipped."""
-        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-
         for projection in projections:
             cols = getattr(self, projection)
-            if not cols:
-                continue
-            if not isinstance(df, ClassicDataFrame):  # Spark Connect: no JVM in this process
-                df = df.select(*cols)
-                continue
-            if projection not in self._java:
-                from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-                self._java[projection] = _to_seq(df.sparkSession.sparkContext, cols, _to_java_column)
-            df = ClassicDataFrame(df._jdf.select(self._java[projection]), df.sparkSession)
+            if cols:
+                df = select_sent_once(df, cols, self._java, projection)
         return df
 
 
-_built: dict[tuple[object, str, bool, bool], _Projections] = {}  # (JVM's gateway, parse fields, typed, derived)
-_building = threading.Lock()  # a backfill builds its chunks in threads
+# (JVM's gateway, parse fields, typed, derived) -> the entry's projections; a process parsing many entries (tests)
+# keeps the newest
+_built: BoundedCache[Hashable, _Projections] = BoundedCache(32)
 _PARSE_FIELDS = {"format", "schema_registry", "columns", "derived", "key", "deletes", "position", "route"}
 
 
 def _columns(spec: PipelineSpec, typed: bool = False, derived: bool = True) -> _Projections:
-    """The entry's projections; `typed`: the read brings `_parsed` and `_p_<column>` (reader_options);
+    """The entry's projections; `typed`: the read brings `_parsed` and `_p_<column>` (typed_in_read);
     `derived`: with the derived columns (without: to find the one Spark cannot resolve)."""
     from pyspark import SparkContext
 
     key = (SparkContext._gateway, spec.model_dump_json(include=_PARSE_FIELDS), typed, derived)
-    with _building:
-        if key not in _built:
-            if len(_built) >= 32:  # a process parsing many entries (tests) keeps the newest
-                _built.pop(next(iter(_built)))
-            _built[key] = _projections(spec, typed, derived)
-        return _built[key]
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """One typed value: column `name` read from the document's field `path`, typed once however many route
-    tables have that column from that field."""
-
-    alias: str  # the typed projection's struct(raw, v) of it
-    name: str
-    column: Column
-
-    @property
-    def path(self) -> str:
-        return self.column.field or self.name
-
-    @property
-    def raw(self) -> SparkColumn:
-        return F.col(f"{self.alias}.raw")
-
-    @property
-    def v(self) -> SparkColumn:
-        return F.col(f"{self.alias}.v")
+    return _built.get(key, lambda: _projections(spec, typed, derived))
 
 
 def _tables(spec: PipelineSpec) -> list[RouteTable]:
@@ -233,21 +141,6 @@ def _tables(spec: PipelineSpec) -> list[RouteTable]:
     for t in tables:  # two route values may name one table (routes.check: with one definition)
         once.setdefault(t.table, t)
     return list(once.values())
-
-
-def _readings(tables: list[RouteTable]) -> dict[tuple[str, str], _Reading]:
-    """(table, column) -> the reading the column takes its value from. A column name several tables read from
-    one field is typed once; from another field it is a reading of its own (_c1_NAME, ...)."""
-    by_field: dict[tuple[str, str], _Reading] = {}
-    out = {}
-    for t in tables:
-        for name, c in t.columns.items():
-            path = c.field or name
-            if (name, path) not in by_field:
-                k = sum(1 for n, _ in by_field if n == name)
-                by_field[(name, path)] = _Reading(f"_c_{name}" if k == 0 else f"_c{k}_{name}", name, c)
-            out[(t.table, name)] = by_field[(name, path)]
-    return out
 
 
 def _by_route(values: dict[str, tuple[str, SparkColumn]], tables: list[RouteTable]) -> SparkColumn:
@@ -263,7 +156,7 @@ def _by_route(values: dict[str, tuple[str, SparkColumn]], tables: list[RouteTabl
 
 def _projections(spec: PipelineSpec, typed_by_reader: bool = False, with_derived: bool = True) -> _Projections:
     tables = _tables(spec)
-    reading_of = _readings(tables)
+    reading_of = readings_by_column(tables)
     readings = list({r.alias: r for r in reading_of.values()}.values())
     route, changes = spec.route, spec.can_delete
     position = [SOURCE_POSITION] if spec.format == "debezium" else []
@@ -285,23 +178,23 @@ def _projections(spec: PipelineSpec, typed_by_reader: bool = False, with_derived
             *exact, *([F.col("_avro_error")] if spec.avro_values else []), *map(F.col, carried),
             *([parsed, *(F.col(PREFIX + name) for name in spec.columns)] if typed_by_reader else []))
 
-    def value(r: _Reading) -> SparkColumn:
-        v = _typed(_raw_field(r.path), r.column, r.path)
+    def value(r: Reading) -> SparkColumn:
+        v = typed_value(raw_field(r.path), r.column, r.path)
         return F.when(parsed, F.col(PREFIX + r.name)).otherwise(v) if typed_by_reader else v
 
     routing = []
     if route is not None:
-        raw_route = _raw_field(route.field)
+        raw_route = raw_field(route.field)
         target = F.lit(None if route.unmatched == DEAD_LETTERS else route.unmatched).cast("string")
         for route_value in reversed(route.tables):
             target = F.when(raw_route == route_value, F.lit(route.target(route_value))).otherwise(target)
         routing = [raw_route.alias(ROUTE_VALUE), target.alias(ROUTE_COLUMN)]
     # typed once, in a projection of their own, so each cast is computed once
-    typed = ("*", *(F.struct(_raw_field(r.path).alias("raw"), value(r).alias("v")).alias(r.alias) for r in readings),
+    typed = ("*", *(F.struct(raw_field(r.path).alias("raw"), value(r).alias("v")).alias(r.alias) for r in readings),
              *routing)
-    error = _first_error(spec, tables, reading_of)
-    if typed_by_reader:  # the read checked its rules (json_values.CHECKED); Spark checks the others
-        error = F.when(parsed, _first_of(_checks_left_by_the_read(spec))).otherwise(error)
+    error = first_error(spec, tables, reading_of)
+    if typed_by_reader:  # the read checked its rules (value_columns.CHECKED); Spark checks the others
+        error = F.when(parsed, first_of(checks_left_by_the_read(spec))).otherwise(error)
     union = {name: {t.table: (reading_of[(t.table, name)].alias, reading_of[(t.table, name)].v)
                     for t in tables if name in t.columns} for name in spec.all_columns}
     later = [*([DELETE_COLUMN] if changes else []), *([ROUTE_COLUMN] if route is not None else [])]
@@ -346,186 +239,3 @@ def _headers(kafka: DataFrame) -> SparkColumn:
         return F.col("headers")
     return F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers")
 
-
-def _raw_field(path: str) -> SparkColumn:
-    """The field's JSON text: top-level fields come from from_json as text (objects and arrays as their JSON);
-    a path such as customer.id goes into that text."""
-    first, _, rest = path.partition(".")
-    top = F.col(JSON_TEXT).getField(first)
-    return F.get_json_object(top, f"$.{rest}") if rest else top
-
-
-def _typed(raw: SparkColumn, c: Column, path: str) -> SparkColumn:
-    t = c.column_type
-    if t.name == "string":
-        return raw
-    if t.name == "json":  # the exact JSON of the field (from_json's text form drops a string's quotes)
-        first, _, rest = path.partition(".")
-        exact = F.col(JSON_EXACT).getField(first)
-        if rest:
-            exact = F.try_variant_get(exact, f"$.{rest}", "variant")
-        return F.when(exact.isNotNull() & ~F.is_variant_null(exact), F.to_json(exact))
-    if t.name == "boolean":
-        return F.when(F.lower(raw) == "true", F.lit(True)).when(F.lower(raw) == "false", F.lit(False))
-    if t.name == "timestamp":
-        return F.try_to_timestamp(raw)
-    if t.name == "struct":
-        # PERMISSIVE from_json nulls a field whose value does not fit and keeps the rest; a corrupt-record field
-        # shows it, so the whole value is "not a struct<...>" (a reason) rather than a struct with silent nulls
-        parsed = F.from_json(raw, t.spark[:-1] + f",`{STRUCT_CORRUPT}`:string>",
-                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": STRUCT_CORRUPT})
-        return F.when(parsed.getField(STRUCT_CORRUPT).isNull(), parsed.dropFields(STRUCT_CORRUPT))
-    if t.name == "array":
-        return F.from_json(raw, t.spark)
-    return raw.try_cast(t.spark)
-
-
-def _first_error(spec: PipelineSpec, tables: list[RouteTable],
-                 reading_of: dict[tuple[str, str], _Reading]) -> SparkColumn:
-    """The first rule a record breaks, in the order a reader checks: the value as a whole (its change, its
-    route), then each column of its table in the table's order (required, type, storable, min, max, in,
-    pattern, max_length); a delete checks only its key. An ignored record breaks nothing."""
-    value = F.col("_value")
-    checks: list[tuple[SparkColumn, SparkColumn]] = []
-    if not spec.can_delete:  # a null value of an entry that can delete is a tombstone
-        checks.append((value.isNull(), F.lit("empty value")))
-    if spec.avro_values:
-        checks.append((F.col("_avro_error").isNotNull(), F.col("_avro_error")))
-    checks.append((~F.is_valid_utf8(value.cast("string")) | _invalid_utf8(value), F.lit("value is not valid UTF-8")))
-    if spec.can_delete:
-        checks.append((F.col(envelope.CHANGE_ERROR).isNotNull(), F.col(envelope.CHANGE_ERROR)))
-    checks.append((F.col(JSON_TEXT).isNull() | F.col(f"{JSON_TEXT}.{CORRUPT}").isNotNull(), F.lit("invalid JSON")))
-
-    def table_checks(t: RouteTable) -> list[tuple[SparkColumn, SparkColumn]]:
-        out = []
-        for name, c in t.columns.items():
-            r = reading_of[(t.table, name)]
-            out += _column_checks(name, c, t.rules(name), r.raw, r.v)
-        return out
-
-    if spec.route is None:
-        upsert = _first_of(checks + table_checks(tables[0]))
-    else:
-        by_table = F.lit(None).cast("string")
-        for t in reversed(tables):
-            by_table = F.when(F.col(ROUTE_COLUMN) == t.table, _first_of(table_checks(t))).otherwise(by_table)
-        unrouted = F.concat(F.lit(f"no route for {spec.route.field}: "), reasons.shown(F.col(ROUTE_VALUE)))
-        upsert = _first_of([*checks, (F.col(ROUTE_COLUMN).isNull(), unrouted), (F.lit(True), by_table)])
-    if not spec.can_delete:
-        return upsert
-    delete = _first_of(checks + _key_checks(spec, reading_of))
-    return F.when(F.col(envelope.IGNORED), F.lit(None).cast("string")).when(F.col(DELETE_COLUMN), delete) \
-        .otherwise(upsert)
-
-
-def _key_checks(spec: PipelineSpec, reading_of: dict[tuple[str, str], _Reading]) -> list[tuple[SparkColumn,
-                                                                                                 SparkColumn]]:
-    """A delete's checks: each key column is there and of its type, each reason naming where the key came from
-    (`tombstone key has no field id`, `before of op d: id is not a bigint: x`)."""
-    source = F.col(envelope.KEY_SOURCE)
-    out = []
-    for name in envelope.key_columns(spec):
-        r = reading_of[(spec.table, name)]
-        out.append((r.raw.isNull(), F.concat(source, F.lit(f" has no field {r.path}"))))
-        out += [(cond, F.concat(source, F.lit(": "), reason))
-                for cond, reason in _column_checks(name, r.column, (), r.raw, r.v)]
-    return out
-
-
-def _first_of(checks: list[tuple[SparkColumn, SparkColumn]]) -> SparkColumn:
-    out = F.lit(None).cast("string")
-    for cond, reason in reversed(checks):  # the first rule broken wins
-        out = F.when(cond, reason).otherwise(out)
-    return out
-
-
-def _checks_left_by_the_read(spec: PipelineSpec) -> list[tuple[SparkColumn, SparkColumn]]:
-    """The rules the read does not check (patterns: Java's regular expressions) of a record it typed. These
-    rules apply to string columns, whose typed value is the text Spark's parse would check (a JSON string), so
-    the check and the reason are the same."""
-    out = []
-    for name, c in spec.columns.items():
-        v = F.col(f"_c_{name}.v")
-        out += [_check(name, c, rule, v, v) for rule in spec.rules(name) if rule.broken_when not in CHECKED]
-    return out
-
-
-def _invalid_utf8(value: SparkColumn) -> SparkColumn:
-    """Spark's binary-to-string cast replaces invalid bytes; a round trip that changes the bytes shows them."""
-    return F.encode(F.decode(value, "UTF-8"), "UTF-8") != value
-
-
-def _column_checks(name: str, c: Column, rules: tuple[Rule, ...], raw: SparkColumn,
-                   v: SparkColumn) -> list[tuple[SparkColumn, SparkColumn]]:
-    """The column's checks in order: required, its type, what PostgreSQL can store, then its other rules."""
-    t = c.column_type
-    shown = reasons.shown(raw)
-    out = [_check(name, c, rule, raw, v) for rule in rules if not rule.on_typed_value]
-    if t.name in NUMERIC:
-        number = raw.rlike("^-?[0-9]+$") if t.name in ("int", "bigint") else raw.try_cast("double").isNotNull()
-        too_large = raw.isNotNull() & v.isNull() & number
-        out.append((too_large, F.concat(F.lit(f"{name} out of range for {t}: "), shown)))
-    if t.name not in ("string", "json"):
-        article = "an" if str(t)[0] in "aeiou" else "a"
-        out.append((raw.isNotNull() & v.isNull(), F.concat(F.lit(f"{name} is not {article} {t}: "), shown)))
-    if t.name == "string" or t.nested:
-        nul = F.instr(raw, NUL) > 0
-        if t.nested:
-            nul = nul | raw.contains("\\u0000")
-        out.append((nul, F.lit(f"{name} contains a NUL character (\\u0000), which PostgreSQL cannot store")))
-    return out + [_check(name, c, rule, raw, v) for rule in rules if rule.on_typed_value]
-
-
-# when a value breaks a rule (streamfill.rules), as a Spark condition on the field's text (raw) and its typed value (v)
-_BROKEN = {
-    BrokenWhen.MISSING: lambda raw, v, c, _: raw.isNull(),
-    BrokenWhen.BELOW: lambda raw, v, c, bound: v < _bound(bound, c),
-    BrokenWhen.ABOVE: lambda raw, v, c, bound: v > _bound(bound, c),
-    BrokenWhen.NOT_IN: lambda raw, v, c, values: ~v.isin(*values),
-    BrokenWhen.NO_MATCH: lambda raw, v, c, pattern: ~v.rlike(pattern),
-    BrokenWhen.LONGER: lambda raw, v, c, length: F.length(v) > length,
-}
-
-
-def _check(name: str, c: Column, rule: Rule, raw: SparkColumn, v: SparkColumn) -> tuple[SparkColumn, SparkColumn]:
-    """The condition that breaks the rule, and the dead letter's reason."""
-    reason = F.lit(rule.reason(name))
-    if rule.shown is Shown.VALUE:
-        reason = F.concat(reason, F.lit(": "), reasons.shown(raw))
-    elif rule.shown is Shown.LENGTH:
-        reason = F.concat(reason, F.lit(": "), F.length(v).cast("string"), F.lit(" characters"))
-    return _BROKEN[rule.broken_when](raw, v, c, rule.operand), reason
-
-
-def _bound(value, c: Column) -> SparkColumn:
-    """min or max as the column's type. Numbers are written out in full: Spark's cast of "1E+2" or "100.0" to
-    an int column is null, and a null bound would never fire."""
-    if isinstance(value, Decimal):
-        value = int(value) if c.column_type.name in ("int", "bigint") else format(value, "f")
-    return F.lit(str(value)).try_cast(c.column_type.spark)
-
-
-def decode_avro(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
-    """Avro values decoded in Python (fastavro, inside the read's own tasks) into JSON text, so Avro and JSON share
-    one typed path and one set of rules; `_avro_error` says why a value did not decode. Spark's from_avro would
-    need the spark-avro jar, which PySpark does not ship; the two were not benchmarked against each other."""
-    import json as _json
-
-    from streamfill.spark_jobs.pipelines.registry import client_settings
-
-    schema = _json.loads(spec.avro_schema_path.read_text()) if spec.avro_schema else spec.registry_reader_schema
-    wire = spec.wire_format
-    registry = client_settings(spec.schema_registry.url) if spec.schema_registry is not None else None
-    keys = spec.deletes == TOMBSTONE and registry is not None  # a tombstone's key read by the registry too
-    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
-    # a new schema: StructType.add would change the input DataFrame's own
-    out_schema = StructType([*kafka.schema.fields, StructField("_avro_error", StringType()),
-                             StructField("_original", BinaryType())])
-
-    def decode(batches: Iterator) -> Iterator:
-        from streamfill.spark_jobs.pipelines.avro import to_json_batches
-
-        yield from to_json_batches(batches, schema, wire, registry, keys)
-
-    return kafka.mapInArrow(decode, out_schema)

@@ -9,9 +9,10 @@ import re
 from datetime import date, datetime, timezone
 from typing import Any
 
-from streamfill.spark_jobs.pipelines.spec import COORDINATES, Column, PipelineSpec
 from streamfill.errors import OptionError
 from streamfill.rules import BOUNDS, BrokenWhen, Rule
+from streamfill.spark_jobs.pipelines.columns import COORDINATES, ColumnSpec
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
 def class_name(snake: str) -> str:
@@ -33,7 +34,7 @@ def extra(spec: PipelineSpec) -> list:
                               "expect_column_values_to_be_between")
         try:
             out.append(cls(**(kwargs or {})))
-        except Exception as exc:  # noqa: BLE001 - GX validates keyword arguments with pydantic
+        except Exception as exc:  # GX validates keyword arguments with pydantic
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise OptionError("quality", {name: kwargs}, f"does not fit {name} (job {spec.name!r}): {first}",
                               f"give the keyword arguments {name} takes, e.g. column: ...") from None
@@ -85,7 +86,7 @@ def for_entry(spec: PipelineSpec) -> list:
     return [*from_rules(spec), *extra(spec)]
 
 
-def _bound(c: Column, value: Any) -> Any:
+def _bound(c: ColumnSpec, value: Any) -> Any:
     """Numbers as numbers; dates as dates and times as aware datetimes (the columns are date and timestamptz)."""
     if c.column_type.name == "date":
         return date.fromisoformat(str(value)[:10])

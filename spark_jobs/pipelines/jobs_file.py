@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 from streamfill import REPO_ROOT
 from streamfill.errors import StreamfillError
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
 class JobsFileError(StreamfillError, ValueError):
@@ -89,7 +89,7 @@ def _keys_at(loc: tuple) -> list[str]:
         if found is None:
             return []
         inner = found.annotation
-        if typing.get_origin(inner) is dict:  # columns: {name: Column}: skip the name
+        if typing.get_origin(inner) is dict:  # columns: {name: ColumnSpec}: skip the name
             inner = typing.get_args(inner)[1]
             if parts:
                 parts.pop(0)
@@ -116,7 +116,7 @@ def _check_avro(path: Path, spec: PipelineSpec) -> None:
         raise JobsFileError(f"{where}: {schema_path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     try:
         parsed = fastavro.parse_schema(schema)
-    except Exception as exc:  # noqa: BLE001 - fastavro raises several kinds for a bad schema
+    except Exception as exc:  # fastavro raises several kinds for a bad schema
         raise JobsFileError(f"{where}: {schema_path} is not an Avro schema ({exc})") from None
     fields = {f["name"] for f in parsed.get("fields", [])} if isinstance(parsed, dict) else set()
     missing = [name for name, column in spec.columns.items() if (column.field or name).split(".")[0] not in fields]

@@ -9,13 +9,15 @@ not answer, or answers with a server error, is an outage (`RegistryError`): the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
+from streamfill.bounded_cache import BoundedCache
 from streamfill.errors import RegistryError
 from streamfill.spark_jobs.pipelines.debezium import after_record
 
-_clients: dict[tuple, object] = {}
-_writers: dict[tuple[str, int], object] = {}
+# clients by their settings; writer schemas by (registry's URL, schema id)
+_clients: BoundedCache[Hashable, object] = BoundedCache(8, close=lambda _settings, client: client.close())
+_writers: BoundedCache[Hashable, object] = BoundedCache(256)
 
 
 class UnknownSchemaId(LookupError):
@@ -25,10 +27,8 @@ class UnknownSchemaId(LookupError):
 def _client(conf: Mapping[str, str]):
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    key = tuple(sorted(conf.items()))
-    if key not in _clients:
-        _clients[key] = SchemaRegistryClient({"timeout": 10, "max.retries": 2, **conf})
-    return _clients[key]
+    return _clients.get(tuple(sorted(conf.items())),
+                        lambda: SchemaRegistryClient({"timeout": 10, "max.retries": 2, **conf}))
 
 
 def _call(conf: Mapping[str, str], what: str, call):
@@ -42,23 +42,23 @@ def _call(conf: Mapping[str, str], what: str, call):
             raise UnknownSchemaId(f"{what}: {exc.error_message}") from None
         raise RegistryError(f"{what} failed at the schema registry {conf['url']}: HTTP {exc.http_status_code} "
                             f"{exc.error_message}") from None
-    except Exception as exc:  # noqa: BLE001 - httpx's connection errors and timeouts, OSError
+    except Exception as exc:  # httpx's connection errors and timeouts, OSError
         raise RegistryError(f"{what} failed: the schema registry {conf['url']} does not answer ({type(exc).__name__}"
                             f": {exc}). Nothing of this batch is committed; it is read again once the registry "
                             "answers") from None
 
 
 def writer_schema(conf: Mapping[str, str], schema_id: int):
-    """The parsed writer schema of `schema_id` (fastavro), fetched once per process."""
+    """The parsed writer schema of `schema_id` (fastavro), fetched once per process (which keeps the newest)."""
     import fastavro
 
-    key = (conf["url"], schema_id)
-    if key not in _writers:
+    def fetch():
         schema = _call(conf, f"looking up schema id {schema_id}", lambda c: c.get_schema(schema_id))
         if (schema.schema_type or "AVRO") != "AVRO":
             raise UnknownSchemaId(f"schema id {schema_id} is a {schema.schema_type} schema, not Avro")
-        _writers[key] = fastavro.parse_schema(json.loads(schema.schema_str))
-    return _writers[key]
+        return fastavro.parse_schema(json.loads(schema.schema_str))
+
+    return _writers.get((conf["url"], schema_id), fetch)
 
 
 def latest_schema(conf: Mapping[str, str], subject: str) -> tuple[int, int, dict]:

@@ -23,8 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from streamfill.connectors.postgres.sink_options import SinkMode
 from streamfill.names import parse_table
 from streamfill.rules import Rule
-from streamfill.spark_jobs.pipelines.columns import (COLUMN_NAME, COORDINATES, FIELD_PATH, RESERVED, Column,
-                                                     check_column_names, check_key)
+from streamfill.spark_jobs.pipelines.columns import (
+    COLUMN_NAME,
+    COORDINATES,
+    FIELD_PATH,
+    RESERVED,
+    ColumnSpec,
+    check_column_names,
+    check_key,
+)
 
 DEAD_LETTERS = "dead_letters"  # `unmatched:` default: a record no table takes is a dead letter
 
@@ -40,7 +47,7 @@ class RoutedTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     table: str = Field(min_length=1)
-    columns: dict[str, Column] | None = None
+    columns: dict[str, ColumnSpec] | None = None
     derived: dict[str, str] | None = None
     key: list[str] | None = Field(None, min_length=1)
     mode: SinkMode | None = None
@@ -52,7 +59,7 @@ class RoutedTable(BaseModel):
 
     @field_validator("columns")
     @classmethod
-    def _column_names(cls, v: dict[str, Column] | None) -> dict[str, Column] | None:
+    def _column_names(cls, v: dict[str, ColumnSpec] | None) -> dict[str, ColumnSpec] | None:
         if v is not None:
             check_column_names(v)
         return v
@@ -103,7 +110,7 @@ class RouteTable:
 
     value: str | None
     table: str
-    columns: Mapping[str, Column]
+    columns: Mapping[str, ColumnSpec]
     derived: Mapping[str, str]
     key: list[str]
     mode: str
@@ -121,7 +128,7 @@ class RouteTable:
 class EntryDefaults:
     """What a table of the route takes from its entry when it does not say."""
 
-    columns: Mapping[str, Column]
+    columns: Mapping[str, ColumnSpec]
     derived: Mapping[str, str]
     key: list[str]
     mode: str
@@ -183,9 +190,9 @@ def check(route: Route, tables: list[RouteTable], entry_columns_pending: bool) -
         check_key(t.key, t.table_columns(), f"route table {t.table}", t.columns)
 
 
-def union_columns(tables: list[RouteTable]) -> dict[str, Column]:
+def union_columns(tables: list[RouteTable]) -> dict[str, ColumnSpec]:
     """Every column of the tables once, in the order they first appear (check: a name has one type)."""
-    out: dict[str, Column] = {}
+    out: dict[str, ColumnSpec] = {}
     for t in tables:
         for name, c in t.columns.items():
             out.setdefault(name, c)

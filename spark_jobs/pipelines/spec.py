@@ -12,42 +12,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, field_validator, model_validator
 
+from streamfill import durations
 from streamfill.changes import NO_DELETES, SOURCE_POSITION, TOMBSTONE, DeletesMode
 from streamfill.connectors.kafka.offsets import START_HELP, parse_start
-from streamfill.connectors.postgres.sink_options import APPEND_NEW, KAFKA_COORDINATES, REPLACE, SinkMode
-from streamfill.spark_jobs.pipelines import debezium, routes
-from streamfill.spark_jobs.pipelines.columns import (COLUMN_NAME, COORDINATES, FIELD_PATH, RESERVED, Column,
-                                                     check_column_names, check_key)
-from streamfill.spark_jobs.pipelines.routes import Route, RouteTable
-from streamfill import durations
+from streamfill.connectors.kafka.source_declarations import SUBSCRIBE, SUBSCRIBE_PATTERN
+from streamfill.connectors.postgres.sink_options import APPEND_NEW, KAFKA_COORDINATES, SinkMode
 from streamfill.durations import DEFAULT_STOP_GRACE, stop_grace_seconds
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.rules import Rule
+from streamfill.spark_jobs.pipelines import debezium, entry_checks, routes
+from streamfill.spark_jobs.pipelines.columns import COORDINATES, FIELD_PATH, RAW_COLUMNS, ColumnSpec, check_column_names
+from streamfill.spark_jobs.pipelines.nested_specs import HealthSpec, RegistrySpec
+from streamfill.spark_jobs.pipelines.routes import Route, RouteTable
+from streamfill.triggers import parse_trigger
 
-__all__ = ["COLUMN_NAME", "COORDINATES", "FIELD_PATH", "RAW_COLUMNS", "RESERVED", "Column", "Health",
-           "PipelineSpec", "RouteTable", "SchemaRegistry"]
-
-RAW_COLUMNS = ("key", "value", "headers")  # format raw: the record as it came
-
-
-class Health(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    every_minutes: StrictInt = Field(5, ge=1)
-    max_commit_age_minutes: StrictInt = Field(15, ge=1)
-    max_lag: StrictInt = Field(500_000, ge=0)
-
-
-class SchemaRegistry(BaseModel):
-    """`schema_registry:` of an Avro entry (or an Avro Debezium one) in Confluent's wire format: each value's
-    schema id gives its writer's schema. Credentials never go here: they come from the connection
-    streamfill_schema_registry or the STREAMFILL_SCHEMA_REGISTRY_* settings."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    subject: str | None = Field(None, min_length=1)  # Confluent's default: <topic>-value
-    url: str | None = Field(None, pattern=r"^https?://")  # default: the connection's or the setting's
+# an entry's refused trigger keeps its own, shorter fix; the flag's TRIGGER_FIX also says what available-now does
+_TRIGGER_FIX = "use available-now or an interval such as 5s, 500ms or 1m"
 
 
 class PipelineSpec(BaseModel):
@@ -62,8 +43,8 @@ class PipelineSpec(BaseModel):
     format: Literal["json", "avro", "raw", "debezium"] = "json"
     avro_schema: str | None = None
     avro_wire_format: Literal["plain", "confluent"] = "plain"  # confluent: magic byte and schema id first
-    schema_registry: SchemaRegistry | None = None
-    columns: dict[str, Column] = Field(default_factory=dict)
+    schema_registry: RegistrySpec | None = None
+    columns: dict[str, ColumnSpec] = Field(default_factory=dict)
     derived: dict[str, str] = Field(default_factory=dict)
     table: str = Field(min_length=1)  # a routed entry's is its first route table
     key: list[str] = Field(default_factory=lambda: list(KAFKA_COORDINATES), min_length=1)
@@ -87,7 +68,7 @@ class PipelineSpec(BaseModel):
     interval_table: str | None = None
     schedule: str = "0 * * * *"
     quality_schedule: str = "*/30 * * * *"
-    health: Health = Health()
+    health: HealthSpec = HealthSpec()
     announce_every: str = "1m"  # at most one asset event per this long announces the stream's commits
 
     _folder: Path | None = PrivateAttr(None)  # the jobs file's folder: avro_schema is relative to it
@@ -96,24 +77,7 @@ class PipelineSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _implied(cls, data: Any) -> Any:
-        """What an entry implies without saying it: a Debezium entry applies changes (mode replace), and a
-        routed entry's table is its first route table."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if data.get("format") == "debezium" and "mode" not in data:
-            data["mode"] = REPLACE
-        route = data.get("route")
-        if isinstance(route, dict) and isinstance(route.get("tables"), dict) and route["tables"]:
-            first = next(iter(route["tables"].values()))
-            first = first.get("table") if isinstance(first, dict) else first  # an object, or the table's name
-            if not isinstance(first, str):
-                return data  # the route's own validation names what is wrong with it
-            if "table" in data and data["table"] != first:
-                raise ValueError(f"table {data['table']!r} beside route: a routed entry writes the tables under "
-                                 f"route.tables; remove table: (its table is the first of them, {first})")
-            data.setdefault("table", first)
-        return data
+        return entry_checks.implied(data)
 
     @field_validator("name")
     @classmethod
@@ -137,23 +101,12 @@ class PipelineSpec(BaseModel):
                 raise ValueError(f"{v!r} is not a regular expression ({exc}); e.g. \"payments-.*\"") from None
         return v
 
-    @field_validator("trigger")
-    @classmethod
-    def _trigger(cls, v: str) -> str:
-        text = v.strip().lower()
-        found = durations.split(text)
-        if text not in ("available-now", "availablenow") and (not found or found[1] not in ("ms", "s", "m")
-                                                              or found[0] == 0):
-            raise ValueError(f"trigger {v!r} is not a trigger; use available-now or an interval such as 5s, 500ms "
-                             "or 1m")
-        return v
-
-    @field_validator("start", "stop_grace")
+    @field_validator("start", "stop_grace", "trigger")
     @classmethod
     def _parsed(cls, v: str, info) -> str:
         """Checked by the parser the launch uses, so an entry and a flag are refused alike."""
-        parse, fix = {"start": (parse_start, f"use {START_HELP}"), "stop_grace": (stop_grace_seconds, None)}[
-            info.field_name]
+        parse, fix = {"start": (parse_start, f"use {START_HELP}"), "stop_grace": (stop_grace_seconds, None),
+                      "trigger": (parse_trigger, _TRIGGER_FIX)}[info.field_name]
         try:
             parse(v, info.field_name)
         except OptionError as exc:
@@ -174,7 +127,7 @@ class PipelineSpec(BaseModel):
 
     @field_validator("columns")
     @classmethod
-    def _column_names(cls, v: dict[str, Column]) -> dict[str, Column]:
+    def _column_names(cls, v: dict[str, ColumnSpec]) -> dict[str, ColumnSpec]:
         check_column_names(v)
         return v
 
@@ -198,82 +151,8 @@ class PipelineSpec(BaseModel):
 
     @model_validator(mode="after")
     def _whole(self) -> PipelineSpec:
-        given = [k for k in ("topic", "topics", "topic_pattern") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of topic, topics or topic_pattern ({', '.join(given) or 'none'} "
-                             "given), e.g. topic: payments")
-        if self.format == "raw":
-            if self.columns or self.derived:
-                raise ValueError("format raw keeps key, value and headers as they are: remove columns and derived, "
-                                 "or use format json or avro")
-        elif not self.columns and self.schema_registry is None and self.route is None:
-            raise ValueError(f"format {self.format} needs columns: the value's fields, each with a type, e.g. "
-                             "columns: {payment_id: {type: string, required: true}}")
-        if self.schema_registry is not None:
-            if self.format not in ("avro", "debezium"):
-                raise ValueError("schema_registry is for Avro values in Confluent's wire format; set format: avro "
-                                 "(or format: debezium for Avro change events)")
-            if "avro_wire_format" in self.model_fields_set and self.avro_wire_format != "confluent":
-                raise ValueError("schema_registry reads Confluent's wire format (magic byte and schema id); remove "
-                                 "avro_wire_format: plain")
-            if self.schema_registry.subject is None and self.topic is None:
-                raise ValueError("schema_registry needs a subject when the entry reads topics or a topic_pattern; "
-                                 "e.g. schema_registry: {subject: payments-value}")
-        elif self.format == "avro" and not self.avro_schema:
-            raise ValueError("format avro needs avro_schema (the .avsc file, relative to the jobs file) or "
-                             "schema_registry (the writer's schema of each value by its id)")
-        if self.format != "avro" and self.avro_schema:
-            raise ValueError(f"avro_schema is only for format avro, not {self.format}; remove it or set format: avro")
-        taken = {*self.columns, *RESERVED, *RAW_COLUMNS, *([SOURCE_POSITION] if self.format == "debezium" else [])}
-        clash = sorted(set(self.derived) & taken)
-        if clash:
-            raise ValueError(f"derived column(s) {', '.join(clash)} already exist; give them other names")
-        for name in self.derived:
-            if not COLUMN_NAME.fullmatch(name):
-                raise ValueError(f"derived column name {name!r} is not valid; use letters, digits and _")
-        self._check_changes()
-        if self.route is not None:
-            self._check_route()
-            return self
-        # an entry taking its columns from a registry subject is checked once the subject gives them (with_columns)
-        check_key(self.key, self.key if self.columns_from_registry else self.table_columns(), "the table",
-                  self.columns)
+        entry_checks.check_entry(self)
         return self
-
-    def _check_changes(self) -> None:
-        """Deletes and Debezium's change events upsert and delete rows by a key that names them."""
-        business_key = any(k not in COORDINATES for k in self.key)
-        example = f"key: [{next(iter(self.columns), 'id')}]"
-        if self.position is not None and self.format != "debezium":
-            raise ValueError(f"position {self.position!r} is the place of a Debezium change event in its source's "
-                             "log and applies to format debezium only; remove it or set format: debezium")
-        if self.format == "debezium":
-            if self.mode != REPLACE:
-                raise ValueError(f"mode {self.mode} keeps a key's first version, and format debezium applies each "
-                                 "change to its row; remove mode (format debezium's default is replace)")
-            if not business_key:
-                raise ValueError(f"format debezium needs key: the source table's primary key columns, which its "
-                                 f"changes name rows by (key is {self.key}); e.g. {example}")
-        if self.deletes == TOMBSTONE:
-            if self.format == "raw":
-                raise ValueError("deletes: tombstone reads a tombstone's key into the key columns, and format raw "
-                                 "has none; use format json, avro or debezium, or remove deletes")
-            if self.mode != REPLACE:
-                raise ValueError(f"deletes: tombstone removes rows, which mode {self.mode} never does; set "
-                                 "mode: replace")
-            if not business_key:
-                raise ValueError(f"deletes: tombstone needs a business key: the columns its Kafka key names a row "
-                                 f"by (key is {self.key}, which no tombstone carries); e.g. {example}")
-
-    def _check_route(self) -> None:
-        """A routed entry reads its table from the value: json or avro records that never delete."""
-        if self.format not in ("json", "avro"):
-            raise ValueError(f"route reads each record's table from its value, for format json or avro, not "
-                             f"{self.format}; remove route, or give the other tables entries of their own")
-        if self.deletes != NO_DELETES:
-            raise ValueError("route and deletes: tombstone do not go together: a tombstone has no value to route "
-                             "by; remove deletes, or give the deletes an entry of their own")
-        routes.check(self.route, self.route_tables(), entry_columns_pending=self.columns_from_registry)
 
     def rules(self, column: str) -> tuple[Rule, ...]:
         """The rules of one column, required if it is part of the key."""
@@ -294,7 +173,7 @@ class PipelineSpec(BaseModel):
         return self.topic is not None and self.route is None
 
     @property
-    def all_columns(self) -> dict[str, Column]:
+    def all_columns(self) -> dict[str, ColumnSpec]:
         """The columns the parse gives: the entry's, or each route table's once (a name has one type across the
         tables; the first table's column stands for it)."""
         return self.columns if self.route is None else routes.union_columns(self.route_tables())
@@ -359,8 +238,8 @@ class PipelineSpec(BaseModel):
     def topics_option(self) -> tuple[str, str]:
         """The source's subscription option: ("subscribe", "a,b") or ("subscribePattern", "x-.*")."""
         if self.topic_pattern is not None:
-            return "subscribePattern", self.topic_pattern
-        return "subscribe", ",".join(self.topics or [self.topic])
+            return SUBSCRIBE_PATTERN.key, self.topic_pattern
+        return SUBSCRIBE.key, ",".join(self.topics or [self.topic])
 
     @property
     def interval_target(self) -> str:

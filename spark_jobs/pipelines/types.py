@@ -8,6 +8,7 @@ struct<name:T,...>. Arrays and structs are stored as jsonb.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SCALARS = {
@@ -23,6 +24,7 @@ SCALARS = {
 }
 NUMERIC = {"int", "bigint", "double", "decimal"}
 ORDERED = NUMERIC | {"date", "timestamp"}
+_SPELLED_OUT = ("decimal", "array", "struct")  # types their name alone does not write
 TYPES_HELP = ("string, int, bigint, double, decimal(p,s), boolean, date, timestamp, json, array<T> or "
               "struct<name:T,...>")
 
@@ -42,13 +44,7 @@ class ColumnType:
     @property
     def spark(self) -> str:
         """The Spark SQL type to parse into (DDL form)."""
-        if self.name == "decimal":
-            return f"decimal({self.precision},{self.scale})"
-        if self.name == "array":
-            return f"array<{self.element.spark}>"
-        if self.name == "struct":
-            return "struct<" + ",".join(f"`{n}`:{t.spark}" for n, t in self.fields) + ">"
-        return SCALARS[self.name][0]
+        return self._spelled(lambda t: t.spark, "`") if self.name in _SPELLED_OUT else SCALARS[self.name][0]
 
     @property
     def postgres(self) -> str:
@@ -64,13 +60,16 @@ class ColumnType:
         return self.name in ("array", "struct", "json")
 
     def __str__(self) -> str:
+        return self._spelled(str, "") if self.name in _SPELLED_OUT else self.name
+
+    def _spelled(self, inner: Callable[[ColumnType], str], quote: str) -> str:
+        """A decimal, array or struct type written out: its element's and fields' types by `inner`, each field's
+        name between `quote`s."""
         if self.name == "decimal":
             return f"decimal({self.precision},{self.scale})"
         if self.name == "array":
-            return f"array<{self.element}>"
-        if self.name == "struct":
-            return "struct<" + ",".join(f"{n}:{t}" for n, t in self.fields) + ">"
-        return self.name
+            return f"array<{inner(self.element)}>"
+        return "struct<" + ",".join(f"{quote}{n}{quote}:{inner(t)}" for n, t in self.fields) + ">"
 
 
 _DECIMAL = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from decimal import Decimal
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 
 import psycopg2
 import psycopg2.errors
@@ -23,21 +23,43 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.postgres.sink_options import REPLACE
-from streamfill.connectors.spark import postgres_sink
-from streamfill.connectors.spark.postgres_sink import dsn
-from streamfill.offsets_db.exactly_once import PlannedRange
-from streamfill.offsets_db.store import OffsetStore
+from streamfill.connectors.spark import postgres_commit, postgres_plan, postgres_staging
 from streamfill.errors import SinkError
+from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import TopicPartition
 from streamfill.retention import Retention
 from streamfill.settings import Settings
 from tests.checker.model import Model
-from tests.checker.scenario import (BACKFILL, CHECK_OFF, CHECK_ON, COLUMN_BY_HAND, CRASH_AFTER_COMMIT,
-                                    CRASH_BETWEEN_TASKS, DELETE, DOWN_AT_COMMIT, KILLED_AFTER_COMMIT,
-                                    KILLED_BEFORE_COMMIT, LOST_WORKER, OAUTH, PARTITIONS, PLAINTEXT, READER,
-                                    SASL_SSL, STREAM, TRIGGER, UPDATE, Action, Record, Scenario, Write,
-                                    record)
+from tests.checker.scenario import (
+    BACKFILL,
+    CHECK_OFF,
+    CHECK_ON,
+    COLUMN_BY_HAND,
+    CRASH_AFTER_COMMIT,
+    CRASH_BETWEEN_TASKS,
+    DELETE,
+    DOWN_AT_COMMIT,
+    KILLED_AFTER_COMMIT,
+    KILLED_BEFORE_COMMIT,
+    LOST_WORKER,
+    OAUTH,
+    PARTITIONS,
+    PLAINTEXT,
+    READER,
+    SASL_SSL,
+    STREAM,
+    TRIGGER,
+    UPDATE,
+    Action,
+    Record,
+    Scenario,
+    Write,
+    Writer,
+    record,
+)
 
 CHECK = "sf_checker_short_v"
 AT_ONCE = Retention(**{kind: timedelta(milliseconds=1) for kind in Retention.kinds()})
@@ -160,7 +182,7 @@ class Run:
                 if self.store.pin_start(job, start, self.leases[step.writer].generation):
                     self.model.committed[step.writer] = {p: writer.start for p in range(PARTITIONS)}
         generation = self.leases[step.writer].generation
-        ranges = [PlannedRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges]
+        ranges = [OffsetRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges]
         if writer.start:  # Spark's start of the batch, checked against offsets_db's position (a fresh query's)
             self.store.record_planned(job, ranges, generation=generation,
                                       start={TopicPartition(self.topic(step.writer), p): s for p, s, _ in step.ranges})
@@ -182,8 +204,8 @@ class Run:
         messages = []
         for n, part in enumerate(by_partition):
             if fault == LOST_WORKER and n == 0:
-                postgres_sink._stage(plan, iter([self.arrow(step, part, evolved)]))  # its message never arrives
-            messages.append(postgres_sink._stage(plan, iter([self.arrow(step, part, evolved)])))
+                postgres_staging.stage_write(plan, iter([self.arrow(step, part, evolved)]))  # its message never arrives
+            messages.append(postgres_staging.stage_write(plan, iter([self.arrow(step, part, evolved)])))
             if fault == CRASH_BETWEEN_TASKS and n == 0:
                 self.crash()
         if fault == KILLED_BEFORE_COMMIT:
@@ -193,9 +215,9 @@ class Run:
             return self.down_at_commit(step, plan, messages)
         try:
             with self.committing(step):
-                postgres_sink._commit(plan, messages, None)
+                postgres_commit.commit(plan, messages, None)
         except SinkError as exc:
-            postgres_sink._abort(plan, messages)
+            postgres_commit.abort(plan, messages)
             if fault == CRASH_BETWEEN_TASKS and "found where the tasks staged" in str(exc):
                 self.expect_nothing_committed(step)
                 if self.scenario.writers[step.writer].job:
@@ -203,7 +225,7 @@ class Run:
                 return "again"
             raise
         except BaseException:
-            postgres_sink._abort(plan, messages)
+            postgres_commit.abort(plan, messages)
             raise
         if fault == CRASH_BETWEEN_TASKS:
             self.fail(f"writer {step.writer}'s batch {step.number} committed though PostgreSQL crashed after its "
@@ -231,14 +253,14 @@ class Run:
         bad record), Spark aborts it, and the restarted launch replays it once PostgreSQL is back."""
         self.postgres.stop()
         try:
-            postgres_sink._commit(plan, messages, None)
+            postgres_commit.commit(plan, messages, None)
         except (DBAPIError, psycopg2.OperationalError) as exc:
             if "refused" not in str(exc).lower() and "connect" not in str(exc).lower():
                 self.fail(f"a commit with PostgreSQL down failed without saying it could not connect: {exc}")
         else:
             self.fail(f"writer {step.writer}'s batch {step.number} committed with PostgreSQL down")
         finally:
-            postgres_sink._abort(plan, messages)  # cannot reach PostgreSQL: logs and leaves the stage
+            postgres_commit.abort(plan, messages)  # cannot reach PostgreSQL: logs and leaves the stage
             self.postgres.start()
         self.expect_nothing_committed(step)
         if self.scenario.writers[step.writer].job:
@@ -308,7 +330,7 @@ class Run:
             options.update(job=self.job(step.writer), jobGeneration=str(self.leases[step.writer].generation))
         if writer.path == BACKFILL:
             options["endingOffsets"] = json.dumps({self.topic(step.writer): {str(p): e for p, _, e in step.ranges}})
-        return postgres_sink._plan(options, self.schema(writer, evolved, self.wide(step)), False,
+        return postgres_plan.plan_write(options, self.schema(writer, evolved, self.wide(step)), False,
                                    streaming=writer.path == STREAM)
 
     def schema(self, writer: Writer, evolved: bool, wide: bool = False):
@@ -496,8 +518,17 @@ class Run:
 
 def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, positioned: bool = False,
                   routed: bool = False, extra: str = "string"):
-    from pyspark.sql.types import (BinaryType, BooleanType, DecimalType, IntegerType, LongType, StringType,
-                                   StructField, StructType, TimestampType)
+    from pyspark.sql.types import (
+        BinaryType,
+        BooleanType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),

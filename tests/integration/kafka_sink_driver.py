@@ -12,8 +12,8 @@ import sys
 from pyspark.sql import functions as F
 
 from streamfill.connectors.spark import register
-from streamfill.spark_jobs.session import spark_session
 from streamfill.settings import Settings
+from streamfill.spark_jobs.session import spark_session
 
 
 def main(topic: str, rows: str, transactional: str) -> None:

@@ -16,8 +16,8 @@ import sys
 from pyspark.sql.functions import expr
 
 from streamfill.connectors.spark import register
-from streamfill.spark_jobs.session import spark_session
 from streamfill.settings import Settings
+from streamfill.spark_jobs.session import spark_session
 
 
 def main(topic: str, job: str, table: str, checkpoint: str, max_per_trigger: str = "200") -> None:

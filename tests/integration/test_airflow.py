@@ -24,8 +24,8 @@ from streamfill.orchestration.airflow_api import AirflowApi, AirflowError
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import ensure_topic
 from tests.airflow_helpers import left_to_dags_test, replay_form_offers
-from tests.kafka_helpers import consume_all, end_offsets
 from tests.job_helpers import orders_columns
+from tests.kafka_helpers import consume_all, end_offsets
 from tests.kafka_helpers import produce as produce_records
 from tests.shared_run import AIRFLOW_GROUP
 
@@ -113,9 +113,9 @@ def test_every_dag_imports_and_the_replay_form_rejects_bad_input(stack_settings)
 
 def test_an_interval_run_reads_exactly_its_window_checks_it_and_says_so_as_an_asset_event_and_in_lineage(
         stack_settings, bootstrap, db, topic_name, jobs_file):
+    from streamfill.datasets import PgTable
     from streamfill.offsets_db.announce_plan import from_extra
     from streamfill.orchestration.airflow_api import AirflowApi
-    from streamfill.datasets import PgTable
     from tests.lineage_receiver import receiver
 
     start = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)

@@ -23,15 +23,15 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import create_engine, text
 
+from streamfill import REPO_ROOT
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.datasets import PgTable
 from streamfill.offsets_db import announcements
 from streamfill.offsets_db.announce_plan import asset_cover_problems, commits_key, cover_problems, from_extra
-from streamfill.offsets_db.exactly_once import PlannedRange
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.orchestration import assets, dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.orchestration.announce import Announcer
-from streamfill import REPO_ROOT
-from streamfill.datasets import PgTable
 from tests.lineage_receiver import receiver
 from tests.shared_run import AIRFLOW_GROUP
 
@@ -42,7 +42,7 @@ def _commit(store: OffsetStore, job: str, n: int, run: int | None = None) -> Non
     """n more commits of 10 offsets on each of two partitions, by the launch `run`."""
     for _ in range(n):
         at = store.snapshot(job)
-        ranges = [PlannedRange("events", p, at.get(("events", p), 0), at.get(("events", p), 0) + 10)
+        ranges = [OffsetRange("events", p, at.get(("events", p), 0), at.get(("events", p), 0) + 10)
                   for p in (0, 1)]
         store.commit(job, store.record_planned(job, ranges, run_id=run), rows_written=19, dead_letters=1)
 
@@ -192,7 +192,7 @@ with DAG("streamfill_downstream__{name}", catchup=False, tags=["streamfill"],
     @task
     def seen():
         from sqlalchemy import create_engine, text
-        from streamfill.orchestration.tasks import endpoints
+        from streamfill.orchestration.endpoints import endpoints
         engine = create_engine(endpoints().db_url)
         with engine.begin() as conn:
             conn.execute(text('CREATE TABLE IF NOT EXISTS "{name}_seen" (key text, run_id text)'))

@@ -24,19 +24,26 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
+from streamfill import REPO_ROOT
 from streamfill.cli.stack.airflow import connections, kafka_client
 from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.orchestration.connections import API_CONNECTION
-from streamfill.orchestration.tasks import replay_job
+from streamfill.orchestration.job_names import replay_job
+from streamfill.orchestration.jobs_file_variable import VARIABLE
 from streamfill.orchestration.ui import PREFIX, TRIGGER_ACCESS
-from streamfill.orchestration.jobs_file import VARIABLE
-from streamfill.spark_jobs.pipelines import read
-from streamfill import REPO_ROOT
 from streamfill.settings import Settings
-from tests.existing_airflow import (FAB, TheirAirflow, build_wheel, checkout_version, install, metadata_database,
-                                    third_party_venv)
+from streamfill.spark_jobs.pipelines import read
+from tests.existing_airflow import (
+    FAB,
+    TheirAirflow,
+    build_wheel,
+    checkout_version,
+    install,
+    metadata_database,
+    third_party_venv,
+)
 from tests.job_helpers import orders_columns
 from tests.shared_run import OWN_AIRFLOW_GROUP
 

@@ -23,10 +23,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 from sqlalchemy import create_engine, text
 
-from streamfill.connectors.spark import postgres_sink
-from streamfill.offsets_db.exactly_once import COMMIT_LOCK_SPACE, PlannedRange
-from streamfill.offsets_db.store import OffsetStore
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.spark import postgres_commit, postgres_plan, postgres_staging
 from streamfill.errors import Fenced, JobBusy, OptionError, ProtocolError
+from streamfill.offsets_db.pending_batch import COMMIT_LOCK_SPACE
+from streamfill.offsets_db.store import OffsetStore
 from tests.integration.test_exactly_once import DRIVER, REPO, _records, run_driver, run_in_session
 from tests.kafka_helpers import create_topic, end_offsets, produce
 
@@ -94,8 +95,8 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
     """While the first launch waits between staging a batch and committing it, a second launch is refused, and a
     prune at ages of a millisecond (a dry run first) removes the job's older batches but not what it resumes from
     nor the batch in flight. The first launch is then killed; the next one, pruned all along, ends exactly once."""
-    from streamfill.spark_jobs.maintenance import prune
     from streamfill.retention import Retention
+    from streamfill.spark_jobs.maintenance import prune
 
     create_topic(bootstrap, topic_name, 4)
     produce(bootstrap, topic_name, _records(0, 1200))
@@ -166,7 +167,7 @@ def _sink(table: str, job: str, generation: int | None, url: str, ends: dict[str
         options["jobGeneration"] = str(generation)
     if ends is not None:
         options["endingOffsets"] = json.dumps(ends)
-    return postgres_sink._plan(options, schema, False, streaming=False)
+    return postgres_plan.plan_write(options, schema, False, streaming=False)
 
 
 def _rows(plan, topic: str, start: int, end: int, partition: int = 0):
@@ -175,15 +176,15 @@ def _rows(plan, topic: str, start: int, end: int, partition: int = 0):
                              "partition": pa.array([partition] * (end - start), pa.int32()),
                              "offset": pa.array(range(start, end), pa.int64()),
                              "v": [f"v{i}" for i in range(start, end)]})
-    return postgres_sink._stage(plan, iter([batch]))
+    return postgres_staging.stage_write(plan, iter([batch]))
 
 
 def _commit(plan, message) -> None:
     """What the driver does with a chunk's messages: commit, or abort on failure."""
     try:
-        postgres_sink._commit(plan, [message], None)
+        postgres_commit.commit(plan, [message], None)
     except BaseException:
-        postgres_sink._abort(plan, [message])
+        postgres_commit.abort(plan, [message])
         raise
 
 
@@ -201,15 +202,15 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     store.ensure_job(job, "backfill")
     a = store.hold(job)
     run_a = store.start_run(job, lease=a)
-    store.record_planned(job, [PlannedRange(topic, 0, 0, 100)], generation=a.generation)
+    store.record_planned(job, [OffsetRange(topic, 0, 0, 100)], generation=a.generation)
     _write(_sink(table, job, a.generation, url), topic, 0, 100)
-    store.record_planned(job, [PlannedRange(topic, 0, 100, 200)], generation=a.generation)
+    store.record_planned(job, [OffsetRange(topic, 0, 100, 200)], generation=a.generation)
 
     with pytest.raises(JobBusy, match=rf"held by another launch: run {run_a} on host {socket.gethostname()}, "
                                       rf"pid {os.getpid()}, for \d+s"):
         store.hold(job)
     with pytest.raises(JobBusy):
-        store.record_planned(job, [PlannedRange(topic, 0, 0, 100)])  # planning without holding the job
+        store.record_planned(job, [OffsetRange(topic, 0, 0, 100)])  # planning without holding the job
     with pytest.raises(OptionError, match="jobGeneration"):
         _sink(table, job, None, url)  # a bounded write that does not hold the job cannot even start
     with pytest.raises(ProtocolError, match=r"offsets 0\.\.99 are not batch 2's \(it planned \[100, 200\)\)"):
@@ -218,13 +219,13 @@ def test_two_launches_interleaved_through_the_store_and_the_sink_cannot_lose_a_c
     assert store.snapshot(job) == {(topic, 0): 200}
 
     # A plans chunk 3 and loses its session (a crash of its lease connection); B takes the job over
-    store.record_planned(job, [PlannedRange(topic, 0, 200, 300)], generation=a.generation)
+    store.record_planned(job, [OffsetRange(topic, 0, 200, 300)], generation=a.generation)
     a.release()
     b = store.hold(job)
     assert b.generation == a.generation + 1
     with pytest.raises(Fenced, match=f"generation {a.generation}"):
         _write(_sink(table, job, a.generation, url), topic, 200, 300)  # A's late write of chunk 3
-    store.record_planned(job, [PlannedRange(topic, 0, 200, 300)], generation=b.generation)  # B replans chunk 3
+    store.record_planned(job, [OffsetRange(topic, 0, 200, 300)], generation=b.generation)  # B replans chunk 3
     _write(_sink(table, job, b.generation, url), topic, 200, 300)
     b.release()
     assert store.snapshot(job) == {(topic, 0): 300}
@@ -248,8 +249,8 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
     store.ensure_job(job, "backfill")
     lease = store.hold(job)
     try:
-        store.record_planned(job, [PlannedRange(topic, 0, 0, 100)], generation=lease.generation)
-        store.record_planned(job, [PlannedRange(topic, 1, 0, 80)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 0, 0, 100)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 1, 0, 80)], generation=lease.generation)
         one = _sink(table, job, lease.generation, url, {topic: {"0": 100}})
         two = _sink(table, job, lease.generation, url, {topic: {"1": 80}})
         staged_one = _rows(one, topic, 0, 100, partition=0)
@@ -263,15 +264,15 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
         assert store.snapshot(job) == {(topic, 0): 100, (topic, 1): 80}
         _write(_sink(table, job, lease.generation, url, {topic: {"0": 100}}), topic, 0, 100)  # a replay: no change
         # two batches of one partition: the later one cannot commit before the one it follows
-        store.record_planned(job, [PlannedRange(topic, 0, 100, 150)], generation=lease.generation)
-        store.record_planned(job, [PlannedRange(topic, 0, 150, 200)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 0, 100, 150)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 0, 150, 200)], generation=lease.generation)
         with pytest.raises(ProtocolError, match=rf"batch 4 starts at {topic}-0: 150, but the job stands at "
                                                 rf"{topic}-0: 100"):
             _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
         _write(_sink(table, job, lease.generation, url, {topic: {"0": 150}}), topic, 100, 150)
         _write(_sink(table, job, lease.generation, url, {topic: {"0": 200}}), topic, 150, 200)
         # ends must name every partition of the batch, no more and no fewer
-        store.record_planned(job, [PlannedRange(topic, 0, 200, 250), PlannedRange(topic, 1, 80, 130)],
+        store.record_planned(job, [OffsetRange(topic, 0, 200, 250), OffsetRange(topic, 1, 80, 130)],
                              generation=lease.generation)
         for partial in ({topic: {"0": 250}}, {topic: {"0": 250, "1": 130, "2": 10}}):
             with pytest.raises(ProtocolError, match="no planned batch ending at"):
@@ -283,7 +284,7 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
         other = engine.connect()
         job_id = other.execute(text("SELECT id FROM jobs WHERE name = :j"), {"j": job}).scalar_one()
         other.execute(text("SELECT pg_advisory_lock(:space, :job_id)"), {"space": COMMIT_LOCK_SPACE, "job_id": job_id})
-        waiting = threading.Thread(target=postgres_sink._commit, args=(both, staged, None))
+        waiting = threading.Thread(target=postgres_commit.commit, args=(both, staged, None))
         waiting.start()
         deadline = time.monotonic() + 120
         while not other.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
@@ -299,13 +300,13 @@ def test_two_chunks_in_flight_each_commit_their_own_batch_in_either_order(stack_
         waiting.join(timeout=120)
         assert store.snapshot(job) == {(topic, 0): 250, (topic, 1): 130}
         # a launch that died left a batch pending; the next launch plans the same range again and commits it
-        store.record_planned(job, [PlannedRange(topic, 0, 250, 300)], generation=lease.generation)
-        store.record_planned(job, [PlannedRange(topic, 1, 130, 180)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 0, 250, 300)], generation=lease.generation)
+        store.record_planned(job, [OffsetRange(topic, 1, 130, 180)], generation=lease.generation)
     finally:
         lease.release()
     again = store.hold(job)
     try:
-        store.record_planned(job, [PlannedRange(topic, 0, 250, 300)], generation=again.generation)
+        store.record_planned(job, [OffsetRange(topic, 0, 250, 300)], generation=again.generation)
         _write(_sink(table, job, again.generation, url, {topic: {"0": 300}}), topic, 250, 300)
     finally:
         again.release()
@@ -323,9 +324,9 @@ def test_a_copy_of_offsets_db_on_the_same_server_whose_launch_holds_the_same_job
     import psycopg2
     from sqlalchemy import make_url
 
+    from bench.cleanup import scratch_database
     from streamfill.cli.stack.postgres import admin_url
-    from bench.leftovers import scratch_database
-    from streamfill.connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.postgres.connection import dsn
     from streamfill.offsets_db.fencing import launch_alive
     from streamfill.offsets_db.locks import table_holders
 
@@ -347,7 +348,7 @@ def test_a_copy_of_offsets_db_on_the_same_server_whose_launch_holds_the_same_job
             reader = copy.engine.connect()  # a reader of the copy's jobs table
             reader.execute(text(f'SELECT count(*) FROM "{schema}".jobs'))
             reader_pid = reader.execute(text("SELECT pg_backend_pid()")).scalar()
-            store.record_planned(job, [PlannedRange("t", 0, 0, 10)])  # planning without a hold, no launch alive
+            store.record_planned(job, [OffsetRange("t", 0, 0, 10)])  # planning without a hold, no launch alive
             conn = psycopg2.connect(dsn(url))
             try:
                 with conn.cursor() as cur:
@@ -553,7 +554,7 @@ def test_poison_records_in_the_middle_of_a_stream_become_dead_letters_and_the_st
     name = f"poison_{topic_name}"
     jobs = _entry(tmp_path, name, topic_name)
     create_topic(bootstrap, topic_name, 2)
-    good = lambda i: {"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}  # noqa: E731
+    good = lambda i: {"value": json.dumps({"id": i, "note": f"n{i}"}).encode(), "partition": i % 2}  # noqa: E731  one line the test reads at a glance
     produce(bootstrap, topic_name, [good(i) for i in range(300)])
     produce(bootstrap, topic_name, [
         {"value": json.dumps({"id": 1000, "note": "a\u0000b"}).encode(), "partition": 0},

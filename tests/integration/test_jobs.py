@@ -18,11 +18,11 @@ from typing import NamedTuple
 import pytest
 from sqlalchemy import text
 
+from streamfill import REPO_ROOT
+from streamfill.errors import OptionError, SinkError
 from streamfill.spark_jobs import backfill, quality, stream
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import ensure_topic, produce
-from streamfill import REPO_ROOT
-from streamfill.errors import OptionError, SinkError
 from tests.kafka_helpers import consume_all
 from tests.kafka_helpers import produce as produce_records
 from tests.lineage_receiver import receiver
@@ -126,7 +126,7 @@ def test_backfills_by_offsets_and_by_times_read_what_a_bare_consumer_finds(spark
     assert summary.chunks == len(sizes) and sum(sizes) == len(want) and max(sizes) == 250, sizes
 
     # by times: records stamped in [base + 300, base + 900)
-    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731
+    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()  # noqa: E731  one line the test reads at a glance
     by_times = backfill.BackfillArgs(f"{topic_name}-times", topic_name, iso(base + 300), iso(base + 900),
                                      f"{topic_name}_by_times", chunk_size=10_000, pipeline="orders")
     backfill.run(by_times, spark, {"bootstrap.servers": bootstrap}, url)
@@ -556,8 +556,8 @@ def test_a_job_pruned_between_launches_resumes_exactly_once_and_its_views_page_a
 
     from streamfill.offsets_db import dashboard
     from streamfill.offsets_db.engine import make_engine
-    from streamfill.spark_jobs.maintenance import prune
     from streamfill.retention import Retention
+    from streamfill.spark_jobs.maintenance import prune
 
     valid, bad = demo_topic(bootstrap, topic_name, 900, 0.05)
     url, job, table = stack_settings.offsets_db_url, f"{topic_name}-pruned", f"{topic_name}_pruned"

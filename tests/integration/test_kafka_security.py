@@ -17,28 +17,26 @@ import uuid
 
 import pytest
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
     ResourcePatternType,
     ResourceType,
-    ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
-    UserScramCredentialUpsertion,
 )
 from sqlalchemy import text
 
-from streamfill.connectors.kafka.broker import Broker
-from streamfill.offsets_db.exactly_once import PlannedRange
-from streamfill.spark_jobs import backfill, stream
-from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from streamfill import REPO_ROOT
+from streamfill.cli.stack.kafka import grant_scram_user
+from streamfill.connectors.kafka.broker import Broker
+from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.errors import BrokerError, OptionError
 from streamfill.kafka_client import settings_env
 from streamfill.partitions import TopicPartition
+from streamfill.spark_jobs import backfill, stream
+from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +57,7 @@ def limited_user(stack_settings, topic_name):
     """(name, password) of a SCRAM user that may DESCRIBE `topic_name` and nothing else; removed afterwards."""
     admin = AdminClient({"bootstrap.servers": stack_settings.bootstrap_servers})
     name, password = f"limited-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    credential = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(name, credential, password.encode())])[
-        name].result(30)
-    acl = AclBinding(ResourceType.TOPIC, topic_name, ResourcePatternType.LITERAL, f"User:{name}", "*",
-                     AclOperation.DESCRIBE, AclPermissionType.ALLOW)
-    admin.create_acls([acl])[acl].result(30)
+    grant_scram_user(admin, name, password, [(ResourceType.TOPIC, topic_name, AclOperation.DESCRIBE)])
     yield name, password
     admin.delete_acls([AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{name}", None,
                                         AclOperation.ANY, AclPermissionType.ANY)])
@@ -244,7 +237,7 @@ def test_commit_to_group_over_sasl_ssl_leaves_the_groups_offsets_equal_to_offset
     streamfill's launches and Airflow's tasks give them; a launch whose process lacks them, or whose user may
     not commit the group, is refused at its start, before anything is recorded."""
     from streamfill.connectors.kafka import options as source_options
-    from streamfill.connectors.spark import postgres_sink
+    from streamfill.connectors.spark import postgres_commit
     from streamfill.connectors.spark.source import _tracker
     from tests.integration.test_faults import _rows, _sink
     from tests.integration.test_postgres_sink import group_offsets
@@ -273,10 +266,10 @@ def test_commit_to_group_over_sasl_ssl_leaves_the_groups_offsets_equal_to_offset
     try:
         half = {p: e // 2 for p, e in ends.items()}
         for start, end in (({p: 0 for p in ends}, half), (half, ends)):  # two batches, two commits
-            tracker.store.record_planned(job, [PlannedRange(topic_name, p, start[p], end[p]) for p in ends],
+            tracker.store.record_planned(job, [OffsetRange(topic_name, p, start[p], end[p]) for p in ends],
                                          generation=tracker.generation)
             plan = _sink(table, job, tracker.generation, url)
-            postgres_sink._commit(plan, [_rows(plan, topic_name, start[p], end[p], p) for p in ends], None)
+            postgres_commit.commit(plan, [_rows(plan, topic_name, start[p], end[p], p) for p in ends], None)
             latest = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j", j=job))
             assert latest == end
             assert group_offsets(admin, group, topic_name) == latest, "the group mirrors every commit"

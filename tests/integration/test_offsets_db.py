@@ -13,12 +13,12 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.orm import Session
 
 from streamfill.cli.stack.postgres import admin_url
-from streamfill.offsets_db.exactly_once import PlannedRange
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.errors import ProtocolError
 from streamfill.offsets_db.engine import make_engine
 from streamfill.offsets_db.migrate import head, upgrade
 from streamfill.offsets_db.models import Batch, BatchOffset, Job, Snapshot
 from streamfill.offsets_db.store import OffsetStore
-from streamfill.errors import ProtocolError
 
 pytestmark = pytest.mark.integration
 
@@ -202,9 +202,9 @@ def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_d
 
 
 def plan(start_end: dict[int, tuple[int, int]]):
-    from streamfill.offsets_db.store import PlannedRange
+    from streamfill.connectors.kafka.planner import OffsetRange
 
-    return [PlannedRange("orders", p, s, e, 0, e + 10) for p, (s, e) in start_end.items()]
+    return [OffsetRange("orders", p, s, e, 0, e + 10) for p, (s, e) in start_end.items()]
 
 
 def test_store_records_plans_idempotently_and_commits_with_the_snapshot(fresh_db):
@@ -285,10 +285,9 @@ def test_offsets_cli_shows_history_latest_and_lag(fresh_db):
 def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
+    from sqlalchemy import MetaData
 
     from streamfill.offsets_db.models import Base
-
-    from sqlalchemy import MetaData
 
     upgrade(fresh_db)
     placed = MetaData(schema="streamfill")  # the models' tables where the migrations put them
@@ -323,11 +322,11 @@ def test_a_checkpoint_of_other_partitions_is_refused_before_anything_is_planned(
     job = f"ck-{uuid.uuid4().hex[:8]}"
     store.ensure_job(job, "stream")
     with store.hold(job) as lease:
-        store.record_planned(job, [PlannedRange("a", 0, 0, 10)], start={("a", 0): 0}, generation=lease.generation)
+        store.record_planned(job, [OffsetRange("a", 0, 0, 10)], start={("a", 0): 0}, generation=lease.generation)
         store.commit_through(job, {("a", 0): 10}, lease.generation)
         with pytest.raises(ProtocolError, match=r"is not this job's: none of its partitions is one the job has "
                                                 r"read \(a-0\)"):
-            store.record_planned(job, [PlannedRange("b", 0, 5, 10)], start={("b", 0): 5},
+            store.record_planned(job, [OffsetRange("b", 0, 5, 10)], start={("b", 0): 5},
                                  generation=lease.generation, from_checkpoint=True)
     assert store.snapshot(job) == {("a", 0): 10}
 
@@ -340,9 +339,9 @@ def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_u
     stream holds its job, names it, and migrates under it only with --while-running."""
     import threading
 
+    from streamfill.errors import RevisionMismatch
     from streamfill.offsets_db import fencing, revision
     from streamfill.spark_jobs import backfill, stream
-    from streamfill.errors import RevisionMismatch
     from streamfill.spark_jobs.pipelines import jobs_file
     from tests.integration.test_jobs import demo_topic
     from tests.job_helpers import run_here
@@ -399,7 +398,7 @@ def test_a_quiet_topics_stream_reads_healthy_past_its_threshold_and_unhealthy_on
     one record produced and not read: unhealthy, naming the age."""
     from datetime import datetime, timedelta, timezone
 
-    from streamfill.orchestration.tasks import health
+    from streamfill.orchestration.stream_health import health
     from tests.kafka_helpers import create_topic, produce
 
     upgrade(fresh_db)
@@ -407,7 +406,7 @@ def test_a_quiet_topics_stream_reads_healthy_past_its_threshold_and_unhealthy_on
     produce(bootstrap, topic_name, [{"value": b"x", "partition": i % 2} for i in range(10)])
     store, job = OffsetStore(fresh_db), f"{topic_name}-quiet"
     store.ensure_job(job, "stream")
-    batch = store.record_planned(job, [PlannedRange(topic_name, p, 0, 5) for p in range(2)])
+    batch = store.record_planned(job, [OffsetRange(topic_name, p, 0, 5) for p in range(2)])
     store.commit(job, batch, rows_written=10)
     engine = create_engine(fresh_db)
     with engine.begin() as conn:

@@ -1,8 +1,8 @@
 """Schema changes online (issue 46): a pipeline's table widens its columns' types safely, never keeping a reader
-waiting for long (`connectors.postgres.target`), and a running stream follows its entry's new optional columns and
+waiting for long (`connectors.postgres.target_setup`), and a running stream follows its entry's new optional columns and
 widened types without a restart, landing every record once (`spark_jobs.stream`, `spark_jobs.entry_watch`).
 
-The table's steps run against real PostgreSQL through `target.prepare`, as a launch takes them; the stream runs in
+The table's steps run against real PostgreSQL through `target_setup.prepare`, as a launch takes them; the stream runs in
 the test run's SparkSession against the stack's Kafka, its entry in a jobs file of the test's own."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from streamfill.connectors.postgres import target
+from streamfill.connectors.postgres import table_evolution, target_setup
+from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.postgres.target import Column
-from streamfill.connectors.spark.postgres_sink import dsn
-from streamfill.spark_jobs import stream
 from streamfill.errors import OptionError, SinkError
+from streamfill.spark_jobs import stream
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def prepare(url: str, table: str, columns: dict[str, str], change: bool = True) 
     """A pipeline's launch checking (and, holding its job, changing) its table for these written columns."""
     conn = psycopg2.connect(dsn(url))
     try:
-        target.prepare(conn, None, table, [Column(n, t) for n, t in columns.items()], KEY, evolve=True,
+        target_setup.prepare(conn, None, table, [Column(n, t) for n, t in columns.items()], KEY, evolve=True,
                        change=change)
     finally:
         conn.close()
@@ -102,7 +102,7 @@ def test_widenings_that_change_the_catalog_only_keep_the_tables_file_and_int_to_
 def test_a_rewrite_above_the_bound_or_a_change_that_is_no_widening_is_refused_and_nothing_is_changed(
         stack_settings, table, monkeypatch):
     url = stack_settings.offsets_db_url
-    monkeypatch.setattr(target, "REWRITE_LIMIT", 0)
+    monkeypatch.setattr(table_evolution, "REWRITE_LIMIT", 0)
     for change in (False, True):
         with pytest.raises(SinkError) as refused:
             prepare(url, table, {**WRITTEN, "n": "bigint", "amount": "numeric(14,2)", "note": "text"}, change)
@@ -110,7 +110,7 @@ def test_a_rewrite_above_the_bound_or_a_change_that_is_no_widening_is_refused_an
         assert f"table public.{table}: widening column n from integer to bigint rewrites the whole table" in message
         assert (f'Run it at a quiet time: ALTER TABLE "public"."{table}" ALTER COLUMN "n" TYPE bigint, '
                 f'ALTER COLUMN "amount" TYPE numeric(14,2), ALTER COLUMN "code" TYPE text;') in message
-    monkeypatch.setattr(target, "REWRITE_LIMIT", 32 * 2**20)
+    monkeypatch.setattr(table_evolution, "REWRITE_LIMIT", 32 * 2**20)
     with pytest.raises(SinkError, match="has column amount of type numeric\\(10,2\\), but it is written as double "
                                         "precision .* ALTER TABLE"):
         prepare(url, table, {**WRITTEN, "n": "bigint", "amount": "double precision", "note": "text"})

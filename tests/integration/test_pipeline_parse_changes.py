@@ -16,7 +16,8 @@ import pytest
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.spark_jobs.pipelines import PipelineSpec, registry
-from streamfill.spark_jobs.pipelines.compile import parse, reader_options
+from streamfill.spark_jobs.pipelines.compile import parse
+from streamfill.spark_jobs.pipelines.typed_in_read import reader_options
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration

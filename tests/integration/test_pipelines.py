@@ -23,8 +23,8 @@ import fastavro
 import pytest
 from sqlalchemy import text
 
-from streamfill.spark_jobs import backfill, stream
 from streamfill import REPO_ROOT
+from streamfill.spark_jobs import backfill, stream
 from tests.job_helpers import run_here
 from tests.kafka_helpers import consume_all, create_topic, produce
 
@@ -369,9 +369,9 @@ def test_streamfill_jobs_check_prints_the_table_each_entry_creates(world):
 @pytest.mark.parametrize("sql, reason", [("n +* FROM", "INVALID_USAGE_OF_STAR_OR_REGEX"),
                                          ("nope + 1", "UNRESOLVED_COLUMN")])
 def test_a_derived_expression_spark_cannot_resolve_is_refused_naming_the_entry_and_column(spark, sql, reason):
+    from streamfill.errors import OptionError
     from streamfill.spark_jobs.pipelines.compile import parse
     from streamfill.spark_jobs.pipelines.spec import PipelineSpec
-    from streamfill.errors import OptionError
 
     kafka = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "
                                       "timestamp timestamp, timestampType int")

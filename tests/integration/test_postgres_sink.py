@@ -246,14 +246,14 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
     the schema drops it once it is older than STREAMFILL_PG_STAGE_ORPHAN_AFTER_S. A stream's stage stays."""
     import psycopg2
 
-    from streamfill.connectors.postgres import stage, target
+    from streamfill.connectors.postgres import stage, target_setup
+    from streamfill.connectors.postgres.connection import dsn
     from streamfill.connectors.postgres.target import Column
-    from streamfill.connectors.spark.postgres_sink import dsn
 
     table = f"orphans_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(dsn(stack_settings.offsets_db_url))
     try:
-        target_table = target.prepare(conn, None, table, [Column("id", "bigint")], ("id",))
+        target_table = target_setup.prepare(conn, None, table, [Column("id", "bigint")], ("id",))
         dead = stage.stage_for(target_table, f"write-{uuid.uuid4().hex}", dead_letters=False)
         stage.create(conn, dead, target_table, "write", 86_400)
         stream = stage.stage_for(target_table, "a-stream-job", dead_letters=False)
@@ -277,39 +277,39 @@ def test_a_single_writes_stage_left_by_a_dead_driver_is_swept_by_the_next_write(
 def test_a_worker_keeps_only_idle_connections_and_replaces_one_the_server_ended(db):
     """The sink's connections outlive one call of a reused Python worker only when nothing of the call stays
     open on them, and a kept connection the server ended is never handed out."""
-    from streamfill.connectors.postgres import kept
-    from streamfill.connectors.spark.postgres_sink import dsn
+    from streamfill.connectors.postgres import pool
+    from streamfill.connectors.postgres.connection import dsn
 
     conninfo = dsn(str(db.url.render_as_string(hide_password=False)))
-    kept.close_all()
+    pool.close_all()
     try:
-        first = kept.connect(conninfo)
+        first = pool.connect(conninfo)
         with first.cursor() as cur:
             cur.execute("SET LOCAL lock_timeout = '1s'")
         first.commit()
-        kept.release(first)
-        again = kept.connect(conninfo)
+        pool.release(first)
+        again = pool.connect(conninfo)
         assert again is first, "an idle connection is kept for the next call"
 
         with again.cursor() as cur:
             cur.execute("SELECT 1")  # a transaction left open
-        kept.release(again)
+        pool.release(again)
         assert again.closed, "a connection inside a transaction is closed, not kept"
 
-        fresh = kept.connect(conninfo)
+        fresh = pool.connect(conninfo)
         with fresh.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")
             pid = cur.fetchone()[0]
         fresh.commit()
-        kept.release(fresh)
+        pool.release(fresh)
         with db.connect() as conn:
             assert conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-        replaced = kept.connect(conninfo)
+        replaced = pool.connect(conninfo)
         assert replaced is not fresh and fresh.closed
         with replaced.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")
             assert cur.fetchone()[0] != pid
         replaced.commit()
-        kept.release(replaced)
+        pool.release(replaced)
     finally:
-        kept.close_all()
+        pool.close_all()

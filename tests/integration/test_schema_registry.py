@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from sqlalchemy import text
 
-from streamfill.spark_jobs import stream
 from streamfill import REPO_ROOT
+from streamfill.spark_jobs import stream
 from tests.job_helpers import run_here
 from tests.kafka_helpers import create_topic, produce
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from streamfill import REPO_ROOT
 from streamfill.cli.stack import StackError
 from streamfill.cli.stack.airflow import admin_password, airflow_bin, airflow_env
 from streamfill.cli.stack.kafka import Kafka, fetch_jars
 from streamfill.cli.stack.process import read_pid
-from streamfill import REPO_ROOT
 from streamfill.settings import Settings
 from tests.shared_run import AIRFLOW_GROUP
 

@@ -23,11 +23,11 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from streamfill.cli.stack.postgres import admin_url
-from streamfill.connectors.spark import hold_job, postgres_sink
-from streamfill.connectors.spark.postgres_sink import dsn
-from streamfill.offsets_db.exactly_once import PlannedRange
-from streamfill.offsets_db.store import OffsetStore
+from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.postgres.connection import dsn
+from streamfill.connectors.spark import hold_job, postgres_commit, postgres_plan, postgres_staging
 from streamfill.errors import SinkError
+from streamfill.offsets_db.store import OffsetStore
 from tests.kafka_helpers import create_topic, produce
 from tests.private_services import crash
 
@@ -39,7 +39,7 @@ T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 # the sink's own steps, as its tasks and driver take them
 
 def _schema(dead_letters: bool = False):
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType, BinaryType
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
@@ -56,7 +56,7 @@ def sink(url: str, table: str, job: str, generation: int, ends: dict | None = No
             "deadLetters": str(dead_letters).lower(), **options}
     if ends is not None:
         opts["endingOffsets"] = json.dumps(ends)
-    return postgres_sink._plan(opts, _schema(dead_letters), False, streaming=False)
+    return postgres_plan.plan_write(opts, _schema(dead_letters), False, streaming=False)
 
 
 def rows(topic: str, partition: int, start: int, end: int, *, keys=None, values=None, stamps=None,
@@ -82,18 +82,18 @@ def write_batch(url: str, store: OffsetStore, job: str, generation: int, table: 
     staged = {tp: (b if isinstance(b, pa.RecordBatch) else
                    rows(tp[0], tp[1], *b, errors=[None] * (b[1] - b[0]) if dead_letters else None))
               for tp, b in batches.items()}
-    ranges = [PlannedRange(t, p, b.column("offset")[0].as_py(), b.column("offset")[-1].as_py() + 1)
+    ranges = [OffsetRange(t, p, b.column("offset")[0].as_py(), b.column("offset")[-1].as_py() + 1)
               for (t, p), b in staged.items()]
     store.record_planned(job, ranges, generation=generation)
     ends = {}
     for r in ranges:
         ends.setdefault(r.topic, {})[str(r.partition)] = r.end
     plan = sink(url, table, job, generation, ends, dead_letters, **options)
-    messages = [postgres_sink._stage(plan, iter([b])) for b in staged.values()]
+    messages = [postgres_staging.stage_write(plan, iter([b])) for b in staged.values()]
     try:
-        postgres_sink._commit(plan, messages, None)
+        postgres_commit.commit(plan, messages, None)
     except BaseException:
-        postgres_sink._abort(plan, messages)
+        postgres_commit.abort(plan, messages)
         raise
 
 
@@ -463,10 +463,10 @@ def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_set
         cur.execute(f'CREATE SCHEMA "{schema}"')
     store, lease = held(url, job)
     try:
-        store.record_planned(job, [PlannedRange(topic_name, p, 0, 12_000) for p in (0, 1)],
+        store.record_planned(job, [OffsetRange(topic_name, p, 0, 12_000) for p in (0, 1)],
                              generation=lease.generation)
         plan = sink(url, table, job, lease.generation, {topic_name: {"0": 12_000, "1": 12_000}})
-        staged = [postgres_sink._stage(plan, iter([rows(topic_name, p, 0, 12_000)])) for p in (0, 1)]
+        staged = [postgres_staging.stage_write(plan, iter([rows(topic_name, p, 0, 12_000)])) for p in (0, 1)]
         # between its tasks and its commit, another write into the schema sweeps stages older than 1 ms (its
         # tasks' COPY of 24,000 rows took longer than that)
         monkeypatch.setenv("STREAMFILL_PG_STAGE_ORPHAN_AFTER_S", "0.001")
@@ -475,7 +475,7 @@ def test_the_sweep_leaves_the_staged_rows_of_a_live_launch_however_old(stack_set
             sink(url, f"{table}_other", f"{job}-other", other_lease.generation)
         finally:
             other_lease.release()
-        postgres_sink._commit(plan, staged, None)
+        postgres_commit.commit(plan, staged, None)
     finally:
         lease.release()
     try:
@@ -544,17 +544,17 @@ def test_dead_letters_a_task_staged_before_postgres_crashed_are_counted_at_the_c
     job, table = f"{topic_name}-dl", f"{topic_name}_dl"
     store, lease = held(url, job)
     try:
-        store.record_planned(job, [PlannedRange(topic_name, 0, 0, 100), PlannedRange(topic_name, 1, 0, 100)],
+        store.record_planned(job, [OffsetRange(topic_name, 0, 0, 100), OffsetRange(topic_name, 1, 0, 100)],
                              generation=lease.generation)
         ends = {topic_name: {"0": 100, "1": 100}}
         plan = sink(url, table, job, lease.generation, ends, dead_letters=True)
-        poisoned = postgres_sink._stage(plan, iter([rows(topic_name, 1, 0, 100, errors=["not json"] * 100)]))
+        poisoned = postgres_staging.stage_write(plan, iter([rows(topic_name, 1, 0, 100, errors=["not json"] * 100)]))
         crash(private_postgres)
         private_postgres.start()
-        retried = postgres_sink._stage(plan, iter([rows(topic_name, 0, 0, 100, errors=[None] * 100)]))
+        retried = postgres_staging.stage_write(plan, iter([rows(topic_name, 0, 0, 100, errors=[None] * 100)]))
         with pytest.raises(SinkError, match="0 staged rows and dead letters found where the tasks staged 100"):
-            postgres_sink._commit(plan, [poisoned, retried], None)
-        postgres_sink._abort(plan, [poisoned, retried])
+            postgres_commit.commit(plan, [poisoned, retried], None)
+        postgres_commit.abort(plan, [poisoned, retried])
         assert query(url, "SELECT count(*) FROM latest_offsets WHERE job = :j", j=job) == [(0,)]
         write_batch(url, store, job, lease.generation, table,  # Spark's replay of the batch
                     {(topic_name, 0): rows(topic_name, 0, 0, 100, errors=[None] * 100),
@@ -596,8 +596,8 @@ def test_a_column_added_for_an_entry_never_queues_readers_and_a_launch_refused_a
     holds its job adds no column."""
     import yaml
 
-    from streamfill.spark_jobs import stream
     from streamfill.errors import JobBusy
+    from streamfill.spark_jobs import stream
 
     url = stack_settings.offsets_db_url
     entry, table = f"{topic_name}-ev", f"{topic_name}_ev"

@@ -12,7 +12,8 @@ from datetime import datetime
 import pytest
 
 from streamfill.spark_jobs.pipelines import PipelineSpec
-from streamfill.spark_jobs.pipelines.compile import check, parse, reader_options
+from streamfill.spark_jobs.pipelines.compile import check, parse
+from streamfill.spark_jobs.pipelines.typed_in_read import reader_options
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration

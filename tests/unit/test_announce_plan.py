@@ -8,9 +8,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from streamfill.offsets_db.announce_plan import (COMMITS, Commit, asset_cover_problems, commits_key, cover_problems, covering,
-                                      from_extra, segments, to_extra)
 from streamfill.errors import ProtocolError
+from streamfill.offsets_db.announce_plan import (
+    COMMITS,
+    Commit,
+    asset_cover_problems,
+    commits_key,
+    cover_problems,
+    covering,
+    from_extra,
+    segments,
+    to_extra,
+)
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets
+from streamfill.errors import OptionError
+from streamfill.partitions import TopicPartition
 from streamfill.spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import check_args
-from streamfill.spark_jobs.stream import parse_trigger
-from streamfill.errors import OptionError
-from streamfill.partitions import TopicPartition
+from streamfill.triggers import parse_trigger
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""A benchmark run removes what it made (bench/leftovers.py): the line it prints, which topics it deletes, and that
+"""A benchmark run removes what it made (bench/cleanup.py): the line it prints, which topics it deletes, and that
 one failing step does not stop the others. Nothing here needs the stack."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from streamfill import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
-_spec = importlib.util.spec_from_file_location("leftovers", REPO_ROOT / "bench" / "leftovers.py")
+_spec = importlib.util.spec_from_file_location("cleanup", REPO_ROOT / "bench" / "cleanup.py")
 leftovers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(leftovers)
 

@@ -10,9 +10,24 @@ import pytest
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
 from tests.checker.model import Model
 from tests.checker.regressions import REGRESSIONS
-from tests.checker.scenario import (ACTIONS, FAULTS, LONG, OAUTH, PATHS, PLAINTEXT, SASL_SSL, T0, Action, Record,
-                                    Table, Write, Writer, draw,
-                                    fingerprint, record)
+from tests.checker.scenario import (
+    ACTIONS,
+    FAULTS,
+    LONG,
+    OAUTH,
+    PATHS,
+    PLAINTEXT,
+    SASL_SSL,
+    T0,
+    Action,
+    Record,
+    Table,
+    Write,
+    Writer,
+    draw,
+    fingerprint,
+    record,
+)
 
 pytestmark = pytest.mark.unit
 

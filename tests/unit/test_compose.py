@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from streamfill.orchestration.tasks import KAFKA_CONN, POSTGRES_CONN, SPARK_MASTER_VAR
 from streamfill import REPO_ROOT
+from streamfill.orchestration.endpoints import KAFKA_CONN, POSTGRES_CONN, SPARK_MASTER_VAR
 from streamfill.settings import AIRFLOW_USER
 from tests.docker_helpers import (
     COMPOSE_FILE,

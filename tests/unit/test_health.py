@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from streamfill.orchestration.tasks import health_problems
+from streamfill.orchestration.stream_health import health_problems
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfill.connectors.kafka.json_values import JsonColumns, ValueColumn
+from streamfill.connectors.kafka.json_values import JsonColumns
+from streamfill.connectors.kafka.value_columns import ValueColumn
 from streamfill.errors import OptionError
 from streamfill.rules import rules_of
 

@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError, KafkaException
 from streamfill.connectors.kafka.broker import retriable
 from streamfill.connectors.kafka.client import client_config, not_authorized, refusal
 from streamfill.connectors.kafka.options import parse
-from streamfill.orchestration.connections import kafka_client, kafka_connection
 from streamfill.errors import OptionError
 from streamfill.kafka_client import describe, redact, settings_env
+from streamfill.orchestration.connections import kafka_client, kafka_connection
 
 pytestmark = pytest.mark.unit
 

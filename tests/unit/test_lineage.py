@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 import pytest
 from openlineage.client.serde import Serde
 
+from streamfill.datasets import KafkaTopic, PgTable
+from streamfill.errors import OptionError
 from streamfill.spark_jobs import lineage
 from streamfill.spark_jobs.lineage_events import (
     Parent,
@@ -25,8 +27,6 @@ from streamfill.spark_jobs.lineage_events import (
     schema_facet,
 )
 from streamfill.spark_jobs.pipelines.spec import PipelineSpec
-from streamfill.datasets import KafkaTopic, PgTable
-from streamfill.errors import OptionError
 from tests import lineage_schema
 from tests.lineage_receiver import receiver
 

@@ -2,7 +2,14 @@
 
 import pytest
 
-from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, SpecificOffsets, TimestampByPartition, resolve
+from streamfill.connectors.kafka.offsets import (
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    SpecificOffsets,
+    TimestampByPartition,
+    resolve,
+)
 from streamfill.connectors.kafka.options import parse
 from streamfill.connectors.kafka.subscription import Assign, Subscribe, SubscribePattern
 from streamfill.errors import OptionError

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from streamfill.offsets_db.reconcile import merge
-from streamfill.orchestration.tasks import replay_job
 from streamfill.names import window_job
+from streamfill.offsets_db.reconcile import merge
+from streamfill.orchestration.job_names import replay_job
 
 pytestmark = pytest.mark.unit
 
@@ -30,9 +30,9 @@ def test_consumed_ranges_merge_per_partition():
 
 
 def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_field():
-    from streamfill.orchestration.dag_ids import REPLAY
-    from streamfill.orchestration.tasks import refuse_unknown_conf
     from streamfill.errors import OptionError
+    from streamfill.orchestration.dag_ids import REPLAY
+    from streamfill.orchestration.form_checks import refuse_unknown_conf
 
     fields = {"job": "orders", "from": "earliest", "to": "latest", "table": None}
     refuse_unknown_conf(REPLAY, {"job": "orders", "from": "{}"}, fields)  # known keys pass
@@ -44,8 +44,8 @@ def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_fie
 
 
 def test_a_backfill_check_fails_in_the_replay_forms_words():
-    from streamfill.orchestration.tasks import as_form_error
     from streamfill.errors import OptionError
+    from streamfill.orchestration.form_checks import as_form_error
 
     cli = OptionError("--from", '{"0": 9}', "is after --to '{\"0\": 5}' on t-0", "choose a --to at or after --from; "
                       "see --chunk-size and --topic")

@@ -216,8 +216,8 @@ def test_an_error_message_with_brackets_is_printed_whole(capsys):
 
 
 def test_max_offsets_per_trigger_zero_is_refused_not_replaced_by_the_entrys():
-    from streamfill.spark_jobs.stream import StreamArgs
     from streamfill.errors import OptionError
+    from streamfill.spark_jobs.stream_args import StreamArgs
 
     with pytest.raises(OptionError, match=r"--max-offsets-per-trigger 0 must be at least 1"):
         StreamArgs.from_flags(job="orders", max_offsets_per_trigger=0)

@@ -11,11 +11,12 @@ from typer.testing import CliRunner
 
 from streamfill.changes import SOURCE_POSITION
 from streamfill.spark_jobs.pipelines import JobsFileError, read
-from streamfill.spark_jobs.pipelines.compile import reader_options
+from streamfill.spark_jobs.pipelines.columns import COORDINATES
 from streamfill.spark_jobs.pipelines.debezium import after_record
 from streamfill.spark_jobs.pipelines.registry import columns_of
 from streamfill.spark_jobs.pipelines.routes import RouteTable
-from streamfill.spark_jobs.pipelines.spec import COORDINATES, PipelineSpec
+from streamfill.spark_jobs.pipelines.spec import PipelineSpec
+from streamfill.spark_jobs.pipelines.typed_in_read import reader_options
 
 pytestmark = pytest.mark.unit
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from streamfill.offsets_db.retention import RULES, Removed
-from streamfill.spark_jobs.maintenance import Pruned
 from streamfill.errors import OptionError
+from streamfill.offsets_db.retention import RULES, Removed
 from streamfill.retention import DEFAULT, Retention, parse_age, written
 from streamfill.settings import get_settings
+from streamfill.spark_jobs.maintenance import Pruned
 
 pytestmark = pytest.mark.unit
 

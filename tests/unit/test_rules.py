@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from streamfill.connectors.kafka.json_values import ValueColumn
-from streamfill.spark_jobs.pipelines import PipelineSpec
+from streamfill.connectors.kafka.value_columns import ValueColumn
 from streamfill.rules import KEYS, BrokenWhen, Rule, as_mapping, rules_of
+from streamfill.spark_jobs.pipelines import PipelineSpec
 
 pytestmark = pytest.mark.unit
 

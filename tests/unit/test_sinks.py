@@ -12,7 +12,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from streamfill.cli.commands.offsets import parse_since
 from streamfill.connectors.kafka.options import parse as parse_source
-from streamfill.connectors.postgres import copy, sink_options, stage, target
+from streamfill.connectors.postgres import column_types, copy, sink_options, stage
 from streamfill.connectors.spark import kafka_sink
 from streamfill.errors import CheckpointMismatch, OptionError
 from streamfill.names import parse_table
@@ -75,7 +75,7 @@ def test_stage_names_fit_postgres_and_differ_per_job():
     ("jsonb", "jsonb"), ("bytea", "bytea"), ("boolean", "boolean"), ("date", "date"),
 ])
 def test_a_column_holds_every_value_of_a_narrower_type(existing, written):
-    assert target.holds(existing, written)
+    assert column_types.holds_every_value(existing, written)
 
 
 @pytest.mark.parametrize("existing, written", [
@@ -89,7 +89,7 @@ def test_a_column_holds_every_value_of_a_narrower_type(existing, written):
     ("text[]", "jsonb"),
 ])
 def test_a_column_that_would_refuse_or_round_some_values_does_not_hold_them(existing, written):
-    assert not target.holds(existing, written)
+    assert not column_types.holds_every_value(existing, written)
 
 
 def _tuples(data: bytes) -> list[list[bytes | None]]:
@@ -155,7 +155,7 @@ def test_kafka_sink_options():
 
 def test_postgres_sink_ending_offsets_name_the_batch_or_fail_before_connecting():
     """endingOffsets (a backfill chunk's ends) is checked before the sink reaches PostgreSQL."""
-    from streamfill.connectors.spark.postgres_sink import _plan
+    from streamfill.connectors.spark.postgres_plan import plan_write
 
     schema = StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
                          StructField("offset", LongType())])
@@ -163,12 +163,12 @@ def test_postgres_sink_ending_offsets_name_the_batch_or_fail_before_connecting()
     for raw, problem in (("{bad", "is not a JSON object"), ('["t"]', "is not a JSON object"),
                          ('{"t": {"0": -1}}', "offsets of 0 or more"), ("{}", "at least one partition")):
         with pytest.raises(OptionError, match=problem) as info:
-            _plan({**base, "endingOffsets": raw}, schema, False, streaming=False)
+            plan_write({**base, "endingOffsets": raw}, schema, False, streaming=False)
         assert f"endingOffsets={raw!r}" in str(info.value) and '{"topic": {"0": 123}}' in str(info.value)
     with pytest.raises(OptionError, match="is for a bounded write with a job"):
-        _plan({**base, "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=True)
+        plan_write({**base, "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=True)
     with pytest.raises(OptionError, match="is for a bounded write with a job"):
-        _plan({"table": "t", "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=False)
+        plan_write({"table": "t", "endingOffsets": '{"t": {"0": 5}}'}, schema, False, streaming=False)
 
 
 def test_since_takes_ages_and_iso_times():

@@ -10,9 +10,9 @@ import zipimport
 
 import pytest
 
-from streamfill.spark_jobs import py_files
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
+from streamfill.spark_jobs import py_files
 from tests.packaging import pyproject
 from tests.unit.test_layers import imports_of, source_folder
 
@@ -105,7 +105,8 @@ def test_only_cluster_masters_ship():
 @pytest.mark.parametrize("master", ["local[*]", "spark://h:7077"])
 def test_airflows_spark_submit_ships_the_code_and_keeps_the_users_python_on_a_cluster(monkeypatch, tmp_path,
                                                                                       master):
-    from streamfill.orchestration import tasks
+    from streamfill.orchestration import spark_submit
+    from streamfill.orchestration.endpoints import Endpoints
 
     launched = {}
 
@@ -122,13 +123,13 @@ def test_airflows_spark_submit_ships_the_code_and_keeps_the_users_python_on_a_cl
         launched.update(cmd=cmd, env=env)
         return Done()
 
-    tasks.requirements.check_java()  # this machine's Java, checked once before Popen is a stand-in
-    monkeypatch.setattr(tasks.subprocess, "Popen", popen)
+    spark_submit.requirements.check_java()  # this machine's Java, checked once before Popen is a stand-in
+    monkeypatch.setattr(spark_submit.subprocess, "Popen", popen)
     monkeypatch.setenv("STREAMFILL_HOME", str(tmp_path))
     monkeypatch.delenv("STREAMFILL_JOBS_FILE", raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/workers/bin/python")
-    ends = tasks.Endpoints("postgresql://h/db", {"bootstrap.servers": "k:9092"}, master)
-    tasks.spark_submit("stream.py", ["--job", "j"], ends)
+    ends = Endpoints("postgresql://h/db", {"bootstrap.servers": "k:9092"}, master)
+    spark_submit.spark_submit("stream.py", ["--job", "j"], ends)
     cmd, env = launched["cmd"], launched["env"]
     if master.startswith("local"):
         assert "--py-files" not in cmd and env["PYSPARK_PYTHON"] == sys.executable

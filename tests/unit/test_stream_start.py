@@ -34,7 +34,7 @@ def test_anything_else_is_refused_naming_the_value_and_the_three_forms(raw, prob
 
 
 def test_the_flag_wins_over_the_entry_and_the_entry_over_earliest(tmp_path, monkeypatch):
-    from streamfill.spark_jobs.stream import StreamArgs
+    from streamfill.spark_jobs.stream_args import StreamArgs
 
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("jobs:\n  fresh:\n    topic: t\n    table: t\n    start: latest\n    columns: {a: {type: int}}\n"
@@ -51,7 +51,7 @@ def test_the_flag_wins_over_the_entry_and_the_entry_over_earliest(tmp_path, monk
 def test_the_checkpoint_lives_under_the_entrys_checkpoint_dir_and_a_url_stays_a_url(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from streamfill.spark_jobs.stream import StreamArgs
+    from streamfill.spark_jobs.stream_args import StreamArgs
 
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("jobs:\n  shared:\n    topic: t\n    table: t\n    checkpoint_dir: s3a://etl/checkpoints/\n"

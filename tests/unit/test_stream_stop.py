@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from streamfill.orchestration.tasks import retry_wait
-from streamfill.spark_jobs.stream import graceful_stop, watch_task
 from streamfill.durations import stop_grace_seconds
 from streamfill.errors import OptionError
+from streamfill.orchestration.spark_submit import retry_wait
+from streamfill.spark_jobs.stream_stop import graceful_stop, watch_task
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +58,7 @@ def test_past_the_grace_a_launch_from_a_shell_kills_itself_and_its_children_not_
 
     script = tmp_path / "launch.py"
     script.write_text("import subprocess, sys, time\n"
-                      "from streamfill.spark_jobs.stream import _end_launch\n"
+                      "from streamfill.spark_jobs.stream_stop import _end_launch\n"
                       "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
                       "print(child.pid, flush=True)\n"
                       "_end_launch()\n")

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from streamfill.spark_jobs.stream import packing
+from streamfill.spark_jobs.stream_query import packing
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,6 @@ the same watcher, and the announcers of every table run however many tables ther
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 import time

@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
-from streamfill.spark_jobs.telemetry import EXPORTER_ENV, JOB_LABEL, PROMETHEUS_NAMES, exporters
 from streamfill import REPO_ROOT
 from streamfill.errors import OptionError
+from streamfill.spark_jobs.telemetry import EXPORTER_ENV, JOB_LABEL, PROMETHEUS_NAMES, exporters
 
 pytestmark = pytest.mark.unit
 

@@ -70,7 +70,7 @@ def test_a_user_sees_the_jobs_of_the_dags_they_may_read_and_a_cli_job_only_with_
 
 
 def test_the_jobs_file_is_the_airflow_variable_else_the_setting(tmp_path, monkeypatch):
-    from streamfill.orchestration.jobs_file import ENV, jobs_file, pin
+    from streamfill.orchestration.jobs_file_variable import ENV, jobs_file, pin
 
     mine, theirs = tmp_path / "mine.yaml", tmp_path / "theirs.yaml"
     for path in (mine, theirs):
@@ -85,7 +85,7 @@ def test_the_jobs_file_is_the_airflow_variable_else_the_setting(tmp_path, monkey
 
 
 def test_a_missing_jobs_file_names_where_its_path_came_from_and_the_variable_to_set(tmp_path, monkeypatch):
-    from streamfill.orchestration.jobs_file import ENV, jobs_file
+    from streamfill.orchestration.jobs_file_variable import ENV, jobs_file
     from streamfill.spark_jobs.pipelines import JobsFileError
 
     monkeypatch.setenv("AIRFLOW_VAR_STREAMFILL_JOBS_FILE", str(tmp_path / "nowhere.yaml"))

@@ -9,13 +9,13 @@ import textwrap
 import pytest
 import yaml
 
-from streamfill.connectors.postgres.target import normal_type
+from streamfill.connectors.postgres.column_types import normal_type
 from streamfill.connectors.postgres.widening import Widening, widening
+from streamfill.errors import OptionError, RegistryError
 from streamfill.spark_jobs import entry_watch
 from streamfill.spark_jobs.entry_changes import compare
 from streamfill.spark_jobs.entry_watch import ENTRY_EVERY_S, REGISTRY_EVERY_S, EntryWatch
 from streamfill.spark_jobs.pipelines import PipelineSpec
-from streamfill.errors import OptionError, RegistryError
 
 pytestmark = pytest.mark.unit
 

@@ -24,7 +24,7 @@ def fresh(monkeypatch):
 
 def test_outside_a_reused_worker_nothing_is_frozen(fresh, monkeypatch):
     monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     assert gc.get_freeze_count() == 0
 
 
@@ -37,15 +37,15 @@ def _frozen(objects: list) -> int:
 
 def test_a_reused_worker_freezes_once_and_again_only_after_new_imports(fresh, monkeypatch):
     monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     frozen = gc.get_freeze_count()
     assert frozen > 0
 
     kept = [[i] for i in range(1000)]  # tracked objects made by a task, not by an import
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     assert _frozen(kept) == 0, "a call that loaded no module must not freeze a task's objects"
     assert gc.get_freeze_count() <= frozen
 
     monkeypatch.setitem(sys.modules, "streamfill_test_new_module", types.ModuleType("streamfill_test_new_module"))
-    worker_gc.settle()
+    worker_gc.freeze_after_imports()
     assert _frozen(kept) == len(kept)

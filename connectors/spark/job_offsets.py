@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from streamfill.connectors.kafka import group_mirror
 from streamfill.connectors.kafka.enumerator import Plan
 from streamfill.connectors.kafka.options import SourceOptions
+from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.offsets_db.engine import shared_engine
-from streamfill.offsets_db.exactly_once import PlannedRange
 from streamfill.offsets_db.fencing import Lease
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import Positions
@@ -40,7 +40,7 @@ def mirror_to_group(config: Mapping, positions: Positions) -> None:
         return
     try:
         group_mirror.commit(target["kafka"], target["group"], positions)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # whatever failed, the batch stays committed: log it and go on
         log.warning("offsets not mirrored to consumer group %s (the batch is committed; the next batch's mirror "
                     "catches the group up): %s", target["group"], exc)
 
@@ -48,9 +48,8 @@ def mirror_to_group(config: Mapping, positions: Positions) -> None:
 class JobTracker:
     """Driver-side only; built lazily so the reader pickles without a database connection.
 
-    Plans carry the launch's hold on the job (docs/guarantees.md): the `jobGeneration` option
-    when a streamfill job
-    took the job before starting the query, otherwise the tracker takes it itself on first use and keeps it
+    Plans carry the launch's hold on the job (docs/guarantees.md): the `jobGeneration` option when a streamfill
+    job took the job before starting the query, otherwise the tracker takes it itself on first use and keeps it
     while its process lives (for a stream, the query's life)."""
 
     def __init__(self, job: str, url: str, kind: str, config: dict | None = None, *,
@@ -97,7 +96,7 @@ class JobTracker:
     def record(self, plan: Plan, start: Positions | None, from_checkpoint: bool = False) -> int:
         """Record the plan before any task reads it; `start` (Spark's, read from an existing checkpoint when
         `from_checkpoint`) is checked against the snapshot."""
-        ranges = [PlannedRange(tp.topic, tp.partition, b, e, *plan.watermarks.get(tp, (None, None)))
+        ranges = [OffsetRange(tp.topic, tp.partition, b, e, *plan.watermarks.get(tp, (None, None)))
                   for tp, (b, e) in sorted(plan.bounds.items())]
         store = self.store
         return store.record_planned(self.job, ranges, start=None if start is None else dict(start),

@@ -1,29 +1,30 @@
-"""Connections a process keeps between the calls Spark makes into it.
+"""A process's pool of idle PostgreSQL connections, kept between the calls Spark makes into its reused workers.
 
-Spark reuses its Python workers: one plans each chunk's write, one commits it, others run its tasks. Opening a
-connection for each call cost each a new server process and its catalog caches, about five per backfill chunk;
-a kept connection is checked with one round trip instead. Only a connection that is idle (nothing open, nothing
-held) is kept, so no transaction, lock or setting of one call reaches the next.
+Opening a connection for each call would start a new server process (with cold catalog caches) each time; a kept
+connection is checked with one round trip instead. Only an idle connection (nothing open, nothing held) is kept,
+so no transaction, lock or setting of one call reaches the next.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 
 import psycopg2
 from psycopg2 import extensions
 
 KEEP = 2  # idle connections kept per database and process: a commit and the merge it started overlap
+DATABASES = 8  # databases a process keeps connections to; the least recently used one's are closed past it
 
 
-class KeptConnection(extensions.connection):
-    """A psycopg2 connection that knows where it is kept."""
+class PooledConnection(extensions.connection):
+    """A psycopg2 connection that knows which pool entry it goes back to."""
 
     key: tuple = ()
 
 
-_idle: dict[tuple, list[KeptConnection]] = {}
+_idle: OrderedDict[tuple, list[PooledConnection]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -32,15 +33,15 @@ def _key(conninfo: str, kw: dict) -> tuple:
     return os.getpid(), conninfo, tuple(sorted(kw.items()))
 
 
-def connect(conninfo: str, **kw) -> KeptConnection:
-    """A kept connection to this database that still answers, else a new one (psycopg2.connect's errors)."""
+def connect(conninfo: str, **kw) -> PooledConnection:
+    """A pooled connection to this database that still answers, else a new one (psycopg2.connect's errors)."""
     key = _key(conninfo, kw)
     while True:
         with _lock:
             idle = _idle.get(key)
             conn = idle.pop() if idle else None
         if conn is None:
-            conn = psycopg2.connect(conninfo, connection_factory=KeptConnection, **kw)
+            conn = psycopg2.connect(conninfo, connection_factory=PooledConnection, **kw)
             conn.key = key
             return conn
         try:
@@ -58,17 +59,27 @@ def release(conn) -> None:
     key = getattr(conn, "key", ())
     if key and key[0] != os.getpid():
         return  # inherited through a fork: closing it would end the parent's session
+    evicted: list[PooledConnection] = []
+    kept = False
     if not conn.closed and key and conn.get_transaction_status() == extensions.TRANSACTION_STATUS_IDLE:
         with _lock:
             idle = _idle.setdefault(key, [])
+            _idle.move_to_end(key)
             if len(idle) < KEEP:
                 idle.append(conn)
-                return
-    conn.close()
+                kept = True
+            while len(_idle) > DATABASES:
+                old_key, old = _idle.popitem(last=False)
+                if old_key[0] == os.getpid():  # a parent's are only forgotten, never closed
+                    evicted += old
+    for old_conn in evicted:
+        old_conn.close()
+    if not kept:
+        conn.close()
 
 
 def close_all() -> None:
-    """Close this process's kept connections (a test that starts from none)."""
+    """Close this process's pooled connections (a test that starts from none)."""
     with _lock:
         conns = [c for k, v in _idle.items() if k[0] == os.getpid() for c in v]
         for k in [k for k in _idle if k[0] == os.getpid()]:

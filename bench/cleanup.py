@@ -1,4 +1,4 @@
-"""Removes what a benchmark run made in the stack a user works with.
+"""Benchmark cleanup: removes what a run made in the stack a user works with, scratch databases included.
 
 Each run removes, when it ends and also when it fails, its offsets_db jobs (with everything offsets_db keeps of
 them), its tables and their staging tables, its topics and its local work folders. A script records each name
@@ -8,7 +8,7 @@ script keeps across runs for speed is removed too, unless the run was given --ke
 Run as a script, it removes what a run killed before its end left behind, by the names given (a benchmark's
 job is named like its table, with - for _: job bench-sf-1a2b3c4d, table bench_sf_1a2b3c4d).
 
-    .venv/bin/python bench/leftovers.py [--job NAME ...] [--table NAME ...] [--topic NAME ...]
+    .venv/bin/python bench/cleanup.py [--job NAME ...] [--table NAME ...] [--topic NAME ...]
 """
 
 from __future__ import annotations
@@ -107,10 +107,10 @@ class Leftovers:
         hides the run's own error); prints and returns the line."""
         removed: dict[str, list[str]] = {}
         failed: list[str] = []
-        for kind, step in zip(KINDS, (self._jobs, self._tables, self._topics, self._folders)):
+        for kind, step in zip(KINDS, (self._jobs, self._tables, self._topics, self._folders), strict=True):
             try:
                 removed[kind] = step()
-            except Exception as exc:  # noqa: BLE001 - the other steps must still run
+            except Exception as exc:  # whatever one step raises, the other steps must still run
                 failed.append(f"{kind}s ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
         kept = [t for t in dict.fromkeys(self.shared_topics) if self.keep_topic]
         line = summary(removed, failed, kept)
