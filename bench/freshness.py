@@ -39,7 +39,7 @@ from shared.freshness_ways import WAYS, paced
 from shared.spark_kafka import spark_kafka_jars
 from sqlalchemy import create_engine
 
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 console = Console(width=220)
 WARM_UP = (20_000, 2)  # events per second, seconds

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamfill import REPO_ROOT
-from streamfill.connectors.kafka import sink_declarations as kafka_sink
+from streamfill.connectors.kafka import kafka_sink_declarations as kafka_sink
 from streamfill.connectors.kafka import source_declarations as kafka_source
-from streamfill.connectors.postgres import sink_declarations as postgres_sink
+from streamfill.connectors.postgres import postgres_sink_declarations as postgres_sink
 from streamfill.option_tables import option_table, setting_table, table_in, with_table
 from streamfill.settings import Settings
 

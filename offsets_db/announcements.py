@@ -173,6 +173,7 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
     # would never match
     extra = to_extra(COMMITS, job, covering(found, after), announcement=seq, uuid=str(token), asset=asset_uri)
     with Session(engine) as s, s.begin():
+        job_id = resolve_job(s, job).id  # the job may have been removed since the first transaction
         a = Announcement(job_id=job_id, seq=seq, token=token, first_commit=found[0].number,
                          last_commit=found[-1].number, partition_key=commits_key(job, seq), extra=extra)
         s.add(a)

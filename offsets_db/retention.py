@@ -1,4 +1,4 @@
-"""Pruning offsets_db's history at the ages of `streamfill.retention.Retention` (docs/operations.md#retention).
+"""Pruning offsets_db's history at the ages of `streamfill.retention_ages.Retention` (docs/operations.md#retention).
 
 What a job needs is never removed: its newest committed batch and every batch a snapshot row points at (where it
 resumes, and what `latest_offsets` shows), its lease, its newest run and quality result, its newest announcement
@@ -25,7 +25,7 @@ from streamfill.errors import UnknownJob
 from streamfill.names import window_jobs_like
 from streamfill.offsets_db import schema
 from streamfill.offsets_db.fencing import held_sql
-from streamfill.retention import Retention
+from streamfill.retention_ages import Retention
 
 CHUNK = 500
 LOCK_TIMEOUT = "1s"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from streamfill.connectors.postgres import sink_declarations as sink
+from streamfill.connectors.postgres import postgres_sink_declarations as sink
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, to_json_shape

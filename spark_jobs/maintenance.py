@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamfill.offsets_db.retention import Removed
-from streamfill.retention import Retention
+from streamfill.retention_ages import Retention
 
 STAGES_WHAT = "staging tables no running launch uses"
 

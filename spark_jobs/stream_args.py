@@ -12,7 +12,7 @@ from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.settings import get_settings
 from streamfill.spark_jobs.launch_args import NamesAnEntry, entry_of, wait_seconds
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 
 @dataclass(frozen=True)

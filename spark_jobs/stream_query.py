@@ -10,7 +10,7 @@ from streamfill.spark_jobs.entry_sink import sink_options
 from streamfill.spark_jobs.kafka_read import kafka_reader, rows_of
 from streamfill.spark_jobs.lineage_io import LineageIO, lineage_io
 from streamfill.spark_jobs.stream_args import StreamArgs
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 
 def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, generation: int | None = None,

@@ -25,6 +25,7 @@ class BoundedCache(Generic[K, V]):
         self._lock = threading.Lock()  # a backfill builds its chunks in threads
 
     def get(self, key: K, build: Callable[[], V]) -> V:
+        dropped: list[tuple[K, V]] = []
         with self._lock:
             if key in self._values:
                 self._values.move_to_end(key)
@@ -32,10 +33,12 @@ class BoundedCache(Generic[K, V]):
             value = build()  # built under the lock, so each key is built once
             self._values[key] = value
             while len(self._values) > self._size:
-                dropped_key, dropped = self._values.popitem(last=False)
-                if self._close is not None:
-                    self._close(dropped_key, dropped)
-            return value
+                dropped.append(self._values.popitem(last=False))
+        # closed outside the lock: a slow close (a consumer leaving its group) holds up no other caller
+        for dropped_key, old in dropped:
+            if self._close is not None:
+                self._close(dropped_key, old)
+        return value
 
     def values(self) -> Iterator[V]:
         with self._lock:

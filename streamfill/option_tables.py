@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from streamfill.options import Option
+from streamfill.declarations import Option
 
 END = "<!-- end options -->"
 OPTIONS_HEADER = "| option | meaning |"

@@ -21,8 +21,8 @@ from streamfill.kafka_client import (
 )
 from streamfill.names import PLAIN_NAME
 from streamfill.option_tables import docs_row
-from streamfill.retention import DEFAULT as DEFAULT_RETENTION
-from streamfill.retention import Retention, parse_age, written
+from streamfill.retention_ages import DEFAULT as DEFAULT_RETENTION
+from streamfill.retention_ages import Retention, parse_age, written
 
 AIRFLOW_USER = "admin"
 KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener

@@ -20,7 +20,7 @@ from streamfill.spark_jobs import stream
 from streamfill.spark_jobs.demo.produce import ensure_topic
 from streamfill.spark_jobs.pipelines import entry
 from streamfill.spark_jobs.pipelines.compile import parse
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 BENCH = Path(__file__).resolve().parent.parent
 

@@ -54,9 +54,9 @@ from streamfill.connectors.kafka.source_declarations import (
     WAIT_FOR_JOB,
 )
 from streamfill.connectors.kafka.subscription import Assign, Subscribe, SubscribePattern, Subscription
+from streamfill.declarations import Option, boolean, job_generation
 from streamfill.errors import OptionError
 from streamfill.names import validate_job_name
-from streamfill.options import Option, boolean, job_generation
 from streamfill.partitions import TopicPartition
 
 # Spark manages these itself; so do we.

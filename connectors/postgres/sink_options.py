@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
-from streamfill.connectors.postgres.sink_declarations import (
+from streamfill.connectors.postgres.postgres_sink_declarations import (
     COLUMN_TYPES,
     DEAD_LETTERS,
     DELETES,
@@ -27,9 +27,9 @@ from streamfill.connectors.postgres.sink_declarations import (
     TABLE,
     URL,
 )
+from streamfill.declarations import boolean, job_generation
 from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
-from streamfill.options import boolean, job_generation
 from streamfill.partitions import Positions, from_json_shape
 
 # the sink's modes, the default first: append-new keeps the row whose key exists, replace upserts; the jobs file,

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from streamfill.connectors.kafka.client import client_config
-from streamfill.connectors.kafka.sink_declarations import (
+from streamfill.connectors.kafka.kafka_sink_declarations import (
     KAFKA_BOOTSTRAP_SERVERS,
     KAFKA_PROPERTIES,
     TOPIC,
@@ -31,8 +31,8 @@ from streamfill.connectors.kafka.sink_declarations import (
 )
 from streamfill.connectors.kafka.writer import write_batches
 from streamfill.connectors.spark import worker_gc
+from streamfill.declarations import boolean
 from streamfill.errors import OptionError
-from streamfill.options import boolean
 
 # set by the sink itself
 _FORBIDDEN = {"transactional.id", "key.serializer", "value.serializer"}

@@ -25,7 +25,7 @@ from streamfill.spark_jobs.pipelines import debezium, entry_checks, routes
 from streamfill.spark_jobs.pipelines.columns import COORDINATES, FIELD_PATH, RAW_COLUMNS, ColumnSpec, check_column_names
 from streamfill.spark_jobs.pipelines.nested_specs import HealthSpec, RegistrySpec
 from streamfill.spark_jobs.pipelines.routes import Route, RouteTable
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 # an entry's refused trigger keeps its own, shorter fix; the flag's TRIGGER_FIX also says what available-now does
 _TRIGGER_FIX = "use available-now or an interval such as 5s, 500ms or 1m"

@@ -30,7 +30,7 @@ from streamfill.connectors.spark import postgres_commit, postgres_plan, postgres
 from streamfill.errors import SinkError
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import TopicPartition
-from streamfill.retention import Retention
+from streamfill.retention_ages import Retention
 from streamfill.settings import Settings
 from tests.checker.model import Model
 from tests.checker.scenario import (

@@ -95,7 +95,7 @@ def test_two_streams_of_one_job_one_runs_the_other_is_refused_and_a_prune_under_
     """While the first launch waits between staging a batch and committing it, a second launch is refused, and a
     prune at ages of a millisecond (a dry run first) removes the job's older batches but not what it resumes from
     nor the batch in flight. The first launch is then killed; the next one, pruned all along, ends exactly once."""
-    from streamfill.retention import Retention
+    from streamfill.retention_ages import Retention
     from streamfill.spark_jobs.maintenance import prune
 
     create_topic(bootstrap, topic_name, 4)

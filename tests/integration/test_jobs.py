@@ -556,7 +556,7 @@ def test_a_job_pruned_between_launches_resumes_exactly_once_and_its_views_page_a
 
     from streamfill.offsets_db import dashboard
     from streamfill.offsets_db.engine import make_engine
-    from streamfill.retention import Retention
+    from streamfill.retention_ages import Retention
     from streamfill.spark_jobs.maintenance import prune
 
     valid, bad = demo_topic(bootstrap, topic_name, 900, 0.05)

@@ -12,7 +12,7 @@ from streamfill.partitions import TopicPartition
 from streamfill.spark_jobs.backfill_plan import Window, next_chunk, parse_spec, progress, remaining, resolve_window
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import check_args
-from streamfill.triggers import parse_trigger
+from streamfill.trigger_grammar import parse_trigger
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,11 @@ import re
 import pytest
 
 from streamfill.cli.option_docs import TABLES
-from streamfill.connectors.kafka import sink_declarations as kafka_sink
+from streamfill.connectors.kafka import kafka_sink_declarations as kafka_sink
 from streamfill.connectors.kafka import source_declarations as kafka_source
-from streamfill.connectors.postgres import sink_declarations as postgres_sink
+from streamfill.connectors.postgres import postgres_sink_declarations as postgres_sink
+from streamfill.declarations import Option
 from streamfill.option_tables import table_in
-from streamfill.options import Option
 from streamfill.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import pytest
 
 from streamfill.errors import OptionError
 from streamfill.offsets_db.retention import RULES, Removed
-from streamfill.retention import DEFAULT, Retention, parse_age, written
+from streamfill.retention_ages import DEFAULT, Retention, parse_age, written
 from streamfill.settings import get_settings
 from streamfill.spark_jobs.maintenance import Pruned
 

@@ -3,7 +3,7 @@ that explains it (`make docs-options` writes the table)."""
 
 from __future__ import annotations
 
-from streamfill.options import Option
+from streamfill.declarations import Option
 
 KAFKA_BOOTSTRAP_SERVERS = Option(
     "kafka.bootstrap.servers", required=True, group="kafka",

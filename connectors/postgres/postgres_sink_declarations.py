@@ -3,7 +3,7 @@ docs/connectors.md that explains it (`make docs-options` writes the table)."""
 
 from __future__ import annotations
 
-from streamfill.options import Option
+from streamfill.declarations import Option
 
 TABLE = Option(
     "table", required=True,
