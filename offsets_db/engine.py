@@ -81,5 +81,9 @@ def reaching(url: str) -> Iterator[None]:
     password. A raw DBAPI connection (psycopg2's or psycopg's) raises its driver's own OperationalError."""
     try:
         yield
-    except (OperationalError, *_DRIVER_UNREACHABLE) as exc:
+    except OperationalError as exc:
+        raise OffsetsDbUnreachable(url, exc) from None
+    except _DRIVER_UNREACHABLE as exc:
+        if getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None):
+            raise  # the server answered (a timeout, a lock not available): not out of reach
         raise OffsetsDbUnreachable(url, exc) from None

@@ -16,7 +16,7 @@ from streamfill.errors import RegistryError
 from streamfill.spark_jobs.pipelines.debezium import after_record
 
 # clients by their settings; writer schemas by (registry's URL, schema id)
-_clients: BoundedCache[Hashable, object] = BoundedCache(8, close=lambda _settings, client: client.close())
+_clients: BoundedCache[Hashable, object] = BoundedCache(8)
 _writers: BoundedCache[Hashable, object] = BoundedCache(256)
 
 

@@ -1,4 +1,4 @@
-"""Values typed in the read (compile.reader_options, connectors.kafka.json_values) give exactly the rows and
+"""Values typed in the read (typed_in_read.reader_options, connectors.kafka.json_values) give exactly the rows and
 dead-letter reasons of Spark's own parse: thousands of records, valid and broken in the ways JSON producers break
 them and in the ways the two parsers could read differently, through the real broker and source, both ways."""
 
