@@ -18,11 +18,8 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
     dead letters to offsets_db.dead_letters, offsets committed in the same transaction by the launch holding
     the job (`generation`), as the batch ending at `ends` (a backfill's chunk) when given. A routed entry writes
     each of its tables with their own columns, key and mode; an entry that deletes has its deletes applied."""
-    types = {name: c.column_type.postgres for name, c in spec.columns.items()}
-    options = {sink.TABLE.key: table, sink.JOB.key: job, sink.MODE.key: mode,
-               sink.DEAD_LETTERS.key: str(spec.dead_letters).lower(), sink.URL.key: url,
-               sink.KEY_COLUMNS.key: ",".join(spec.key), sink.COLUMN_TYPES.key: json.dumps(types),
-               sink.EVOLVE_SCHEMA.key: "true"}
+    options = {sink.TABLE.key: table, sink.JOB.key: job, sink.DEAD_LETTERS.key: str(spec.dead_letters).lower(),
+               sink.URL.key: url, sink.EVOLVE_SCHEMA.key: "true"}
     if spec.can_delete:
         if mode != REPLACE:
             raise OptionError("--mode", mode, f"cannot write entry {spec.name!r}: its records delete keys "
@@ -36,13 +33,18 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
             raise OptionError(*given, f"cannot apply to entry {spec.name!r}: it routes its records by "
                               f"{spec.route.field} to the tables {', '.join(r.table for r in routes)}, each with "
                               "its own mode", "Run the entry as it is, into its tables; or declare another entry")
-        for own in (sink.KEY_COLUMNS.key, sink.COLUMN_TYPES.key, sink.MODE.key):  # each table's, in routes
-            options.pop(own)
-        options[sink.ROUTES.key] = json.dumps({r.table: {
+        options[sink.ROUTES.key] = json.dumps({r.table: {  # each table's key, mode and types
             "columns": r.table_columns(), "key": list(r.key), "mode": r.mode,
-            "columnTypes": {name: c.column_type.postgres for name, c in r.columns.items()}} for r in routes})
+            "columnTypes": _postgres_types(r.columns)} for r in routes})
+    else:
+        options.update({sink.MODE.key: mode, sink.KEY_COLUMNS.key: ",".join(spec.key),
+                        sink.COLUMN_TYPES.key: json.dumps(_postgres_types(spec.columns))})
     if generation is not None:
         options[sink.JOB_GENERATION.key] = str(generation)
     if ends is not None:
         options[sink.ENDING_OFFSETS.key] = json.dumps(to_json_shape(ends))
     return options
+
+
+def _postgres_types(columns) -> dict[str, str]:
+    return {name: c.column_type.postgres for name, c in columns.items()}

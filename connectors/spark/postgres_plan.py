@@ -123,8 +123,9 @@ def plan_write(options: dict, schema: StructType, overwrite: bool, *, streaming:
 
 def _check_version(target_table: Target, version: Sequence[str]) -> None:
     """A source position that orders versions is a whole number (a change event's position in its log)."""
-    types = {c.name: normal_type(c.pg_type) for c in target_table.columns}
-    kind = types.get(SOURCE_POSITION, "") if SOURCE_POSITION in version else "numeric"
+    if SOURCE_POSITION not in version:
+        return
+    kind = next((normal_type(c.pg_type) for c in target_table.columns if c.name == SOURCE_POSITION), "")
     if not (kind.startswith("numeric") or kind in ("smallint", "integer", "bigint")):
         raise SinkError(f"{target_table.schema}.{target_table.table}: column {SOURCE_POSITION} orders the versions "
                         f"of a key (a change event's position in its source's log) and must hold whole numbers, not "
