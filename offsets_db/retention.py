@@ -218,9 +218,3 @@ def _move_horizon(engine: Engine, job_id: int, column: str, cutoff: datetime) ->
 
 def _short_locks(conn: Connection) -> None:
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-
-
-def reconcile_from(conn: Connection, job_id: int) -> datetime | None:
-    """The commit time from which the job's batches still have all their dead letters (None: all of them)."""
-    return conn.scalar(text(schema.sql("SELECT dead_letters_before FROM {retention_horizons} WHERE job_id = :job")),
-                       {"job": job_id})
