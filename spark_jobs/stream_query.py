@@ -41,7 +41,9 @@ def packing(spark) -> dict[str, str]:
     start-up once per core instead of once per partition. A cluster's cores are not known when the query starts
     (executors come and go), so there each Kafka partition keeps its own task, as in Spark's Kafka source."""
     context = spark.sparkContext
-    return {"maxPartitions": str(context.defaultParallelism)} if context.master.startswith("local") else {}
+    if not context.master.startswith("local"):
+        return {}
+    return {kafka_source.MAX_PARTITIONS.key: str(context.defaultParallelism)}
 
 
 def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None):
@@ -59,11 +61,11 @@ def check_access(args: StreamArgs, kafka: Mapping[str, str]) -> None:
     from streamfill.connectors.kafka.broker import Broker
 
     kind, topics = args.subscription
-    Broker(kafka).readable([t for t in topics.split(",") if t] if kind == "subscribe" else [])
+    Broker(kafka).readable([t for t in topics.split(",") if t] if kind == kafka_source.SUBSCRIBE.key else [])
 
 
 def stream_lineage_io(args: StreamArgs, kafka: Mapping[str, str], url: str) -> LineageIO:
     """The topics the stream subscribes to (or its pattern) and its table, for its OpenLineage events."""
     kind, value = args.subscription
-    return lineage_io(args.spec, value.split(",") if kind == "subscribe" else [value], kafka, url, args.table,
-                      "STREAMING")
+    topics = value.split(",") if kind == kafka_source.SUBSCRIBE.key else [value]
+    return lineage_io(args.spec, topics, kafka, url, args.table, "STREAMING")
