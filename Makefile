@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-unit test-matrix constraints soak docs docs-options screenshots browser up down status bench-read clean
+.PHONY: install spark-provider demo test test-unit test-matrix constraints soak docs docs-options screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
@@ -18,7 +18,20 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(MAKE) --no-print-directory spark-provider
 	touch $@
+
+# the apache-spark provider (Airflow's tasks submit Spark through its hook) without its dependencies: it requires
+# pyspark-client, Spark Connect's client alone, which installs into PySpark's own `pyspark` package and leaves no
+# local mode. Then the hook must import and pyspark-client must be absent.
+# PROVIDER_BIN: the venv's bin folder; PROVIDER_CONSTRAINTS: the version, constraints.txt's by default
+PROVIDER_BIN ?= $(BIN)
+PROVIDER_CONSTRAINTS ?= -c constraints.txt
+spark-provider:
+	$(PROVIDER_BIN)/pip install -q --no-deps $(PROVIDER_CONSTRAINTS) apache-airflow-providers-apache-spark
+	$(PROVIDER_BIN)/python -c "import airflow.providers.apache.spark.hooks.spark_submit"
+	@! $(PROVIDER_BIN)/pip show pyspark-client >/dev/null 2>&1 || \
+	  (echo "pyspark-client is installed: it breaks PySpark's local mode; pip uninstall it and reinstall pyspark" >&2; exit 1)
 
 # constraints.txt anew: the newest versions pyproject.toml's ranges allow, resolved in a scratch venv
 constraints:
@@ -26,6 +39,7 @@ constraints:
 	$(PYTHON) -m venv .constraints-venv
 	.constraints-venv/bin/pip install -q -U pip
 	.constraints-venv/bin/pip install -q '.[dev]'
+	$(MAKE) --no-print-directory spark-provider PROVIDER_BIN=.constraints-venv/bin PROVIDER_CONSTRAINTS=
 	{ grep '^#' constraints.txt; .constraints-venv/bin/pip freeze --exclude-editable | grep -v '^streamfill'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .constraints-venv

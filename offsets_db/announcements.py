@@ -2,42 +2,25 @@
 commit fills in its own transaction, offsets_db/batch_commit.py), the announcements formed from them and their
 delivery state, and what one pass of a window's job committed.
 
-Delivery (orchestration/announce.py) goes: `form` records the next announcement with its token and extra before
-anything is sent; `attempting` is committed before each send; `delivered` records Airflow's event id. An
-announcement attempted but not known delivered is looked up in Airflow by its token before it is sent again, so
-a crash at any point neither loses nor repeats one. `holding` lets one announcer of a job work at a time, and
-`attempting` records an attempt only while its announcer still holds the job: a hold ends with its session (at
-a restart of PostgreSQL, say) while its announcer goes on, and a second announcer may take the job meanwhile."""
+Delivery (orchestration/announce.py, run by a task of Airflow's) goes: `form` records the next announcement
+with its token and extra before anything is sent; `attempting` is committed before the task hands it to Airflow
+as its outlet event; `delivered` records Airflow's event id once a later try or run of the task found it among
+the asset's events. An announcement attempted but not known delivered is looked up by its token before it is
+sent again, so a crash at any point neither loses nor repeats one."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, exists, func, literal_column, or_, select, text, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from streamfill.offsets_db.announce_plan import COMMITS, Commit, Covered, commits_key, covering, from_extra, to_extra
 from streamfill.offsets_db.job_lookup import resolve_job
-from streamfill.offsets_db.locks import THIS_DATABASE
 from streamfill.offsets_db.models import Announcement, Batch, BatchOffset, DeadLetter, Job, Run
-
-ANNOUNCER_LOCK_SPACE = 0x5F616E6E  # advisory-lock key space of announcers (the job id is the second key)
-
-
-@dataclass(frozen=True)
-class Hold:
-    """An announcer's hold on a job: the session holding the advisory lock, by process id and start (a process id
-    alone may be reused by another session after a restart)."""
-
-    job_id: int
-    pid: int
-    backend_start: datetime
 
 
 @dataclass(frozen=True)
@@ -98,46 +81,6 @@ def newest_pass(engine: Engine, job: str) -> tuple[int, Covered | None]:
     return int(plan.get("pass", 1)), replace(covered, dead_letters=held)
 
 
-@contextmanager
-def holding(engine: Engine, job: str) -> Iterator[Hold | None]:
-    """This process's hold on the job's announcer lock while the block runs, or None when another session holds
-    it (two triggerers, or a watcher re-created beside the old one, take turns). The lock ends with the session,
-    which PostgreSQL may end at any time: `held` says whether the hold still stands."""
-    with Session(engine) as s:
-        job_id = resolve_job(s, job).id
-    with engine.connect() as conn:
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:space, :job) AS got, pg_backend_pid() AS pid, "
-                                "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS since"),
-                           {"space": ANNOUNCER_LOCK_SPACE, "job": job_id}).one()
-        conn.commit()
-        hold = Hold(job_id, got.pid, got.since) if got.got else None
-        try:
-            yield hold
-        finally:
-            if hold is not None:
-                try:
-                    conn.execute(text("SELECT pg_advisory_unlock(:space, :job)"),
-                                 {"space": ANNOUNCER_LOCK_SPACE, "job": job_id})
-                    conn.commit()
-                except DBAPIError:
-                    pass  # the session is gone, and its lock with it
-
-
-def _holds(hold: Hold):
-    """True while `hold`'s session (in this database) still holds its job's announcer lock."""
-    return exists(select(literal_column("1")).select_from(text("pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"))
-                  .where(text("l.locktype = 'advisory' AND l.granted AND l.classid::bigint = :space "
-                              "AND l.objid::bigint = :job AND l.objsubid = 2 AND l.pid = :pid "
-                              f"AND a.backend_start = :since AND l.database = {THIS_DATABASE}")
-                         .bindparams(space=ANNOUNCER_LOCK_SPACE, job=hold.job_id, pid=hold.pid,
-                                     since=hold.backend_start)))
-
-
-def held(engine: Engine, hold: Hold) -> bool:
-    with Session(engine) as s:
-        return bool(s.scalar(select(_holds(hold))))
-
-
 def pending(engine: Engine, job: str) -> Pending | None:
     """The job's announcement formed but not known delivered (at most one)."""
     with Session(engine) as s:
@@ -182,18 +125,15 @@ def form(engine: Engine, job: str, every: timedelta, asset_uri: str) -> Pending 
         return Pending(a.id, a.seq, a.token, a.partition_key, a.extra, 0, a.created_at)
 
 
-def attempting(engine: Engine, announcement_id: int, hold: Hold) -> bool:
+def attempting(engine: Engine, announcement_id: int, seen: int) -> bool:
     """Record an attempt to send the announcement, committed before it leaves; False (nothing recorded, nothing to
-    send) when `hold` no longer holds the job: a second announcer may have taken it and be sending this one."""
+    send) when its attempts are no longer the `seen` ones: another announcer recorded one meanwhile and may be
+    sending it."""
     with Session(engine) as s, s.begin():
-        return s.execute(update(Announcement).where(Announcement.id == announcement_id, _holds(hold))
+        return s.execute(update(Announcement).where(Announcement.id == announcement_id,
+                                                    Announcement.attempts == seen)
                          .values(attempts=Announcement.attempts + 1)
                          .execution_options(synchronize_session=False)).rowcount == 1
-
-
-def failed(engine: Engine, announcement_id: int, error: str) -> None:
-    with Session(engine) as s, s.begin():
-        s.execute(update(Announcement).where(Announcement.id == announcement_id).values(last_error=error[:2000]))
 
 
 def delivered(engine: Engine, announcement_id: int, airflow_event_id: int) -> None:

@@ -27,6 +27,11 @@ from streamfill.partitions import Positions, TopicPartition
 
 log = logging.getLogger("streamfill.exactly_once")
 
+# what fails a commit's transaction without anything being wrong with it, so it is tried again whole: a deadlock
+# (40P01) and a lock held past lock_timeout (55P03, which pg_advisory_xact_lock and row locks meet as well)
+RETRIED = {psycopg2.errors.DeadlockDetected: "deadlocked with another writer",
+           psycopg2.errors.LockNotAvailable: "waited past lock_timeout for a lock another session holds"}
+
 
 def installed(dbapi_conn) -> bool:
     """True when this database holds offsets_db (a job's offsets commit in the same transaction as its rows)."""
@@ -101,14 +106,18 @@ def commit_batch(engine: Engine, job: str | None, staged: StagedBatch, *, spark_
     rows are its own, the sink's move, the dead letters, the offsets and the snapshot.
 
     Without a job the rows still move atomically, with no offsets. Two jobs moving overlapping keys into one
-    table can deadlock; PostgreSQL aborts one transaction, which is whole again on retry."""
+    table can deadlock; PostgreSQL aborts one transaction, which is whole again on retry. The locks a commit
+    asks for by name wait for as long as their holders keep them (`offsets_db.locks`); one it meets inside a
+    statement (a row another writer or a user holds past lock_timeout) fails that statement, and the
+    transaction, rolled back whole, is tried again the same way."""
     for attempt in range(1, tries + 1):
         try:
             return _commit_once(engine, job, staged, spark_batch_id, generation, ends)
         except (DBAPIError, psycopg2.Error) as exc:
-            if not isinstance(getattr(exc, "orig", exc), psycopg2.errors.DeadlockDetected) or attempt == tries:
+            why = next((w for kind, w in RETRIED.items() if isinstance(getattr(exc, "orig", exc), kind)), None)
+            if why is None or attempt == tries:
                 raise
-            log.warning("job %s: commit deadlocked with another writer, retrying (%d/%d)", job, attempt, tries)
+            log.warning("job %s: commit %s, retrying (%d/%d)", job, why, attempt, tries)
             time.sleep(random.uniform(0.1, 1.0) * attempt)
     raise AssertionError("unreachable")
 

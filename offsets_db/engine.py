@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import OperationalError
 
 from streamfill.bounded_cache import BoundedCache
-from streamfill.errors import StreamfillError
+from streamfill.errors import OUTAGE, StreamfillError
 from streamfill.offsets_db import schema
 from streamfill.pg import connect_args
 from streamfill.urls import without_password
@@ -54,6 +54,8 @@ def dispose_shared() -> None:
 class OffsetsDbUnreachable(StreamfillError):
     """offsets_db could not be reached: not the user's input, so the command says where it looked and how to start
     it."""
+
+    kind = OUTAGE
 
     def __init__(self, url: str, exc: BaseException) -> None:
         reason = " ".join(str(getattr(exc, "orig", exc)).split())

@@ -73,13 +73,35 @@ def wait_for_lock(cur, statement: sql.Composable | str, params: Sequence = (), *
 def table_holders(schema: str, table: str, mode: str) -> Callable[[object], list[str]]:
     """For wait_for_lock's log: the sessions holding a lock on schema.table that conflicts with `mode`."""
     def holders(cur) -> list[str]:
-        cur.execute("""
-            SELECT a.pid, l.mode, coalesce(a.usename::text, '?'), a.state,
-                   extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int, left(a.query, 120)
-            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        cur.execute(_HOLDERS + """
             WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
               AND l.database = """ + THIS_DATABASE + """ AND l.relation = to_regclass(%s) AND l.mode = ANY(%s)""",
                     (sql.Identifier(schema, table).as_string(cur), list(CONFLICTS[mode])))
-        return [f"pid {pid} ({user}, {mode_}, {state} for {age} s: {query!r})"
-                for pid, mode_, user, state, age, query in cur.fetchall()]
+        return _described(cur.fetchall())
     return holders
+
+
+def advisory_holders(space: int, key: int | str) -> Callable[[object], list[str]]:
+    """For wait_for_lock's log: the sessions holding the transaction-level advisory lock (space, key), a text key
+    being taken as pg_advisory_xact_lock(space, hashtext(key)) takes it."""
+    # pg_locks shows a two-key advisory lock's keys as oids (unsigned): a negative hashtext wraps around
+    objid = "((hashtext(%s)::bigint + 4294967296) %% 4294967296)::oid" if isinstance(key, str) else "%s::oid"
+
+    def holders(cur) -> list[str]:
+        cur.execute(_HOLDERS + """
+            WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()
+              AND l.database = """ + THIS_DATABASE + """ AND l.classid = %s::oid AND l.objid = """ + objid + """
+              AND l.objsubid = 2""", (space, key))
+        return _described(cur.fetchall())
+    return holders
+
+
+_HOLDERS = """
+    SELECT a.pid, l.mode, coalesce(a.usename::text, '?'), a.state,
+           extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int, left(a.query, 120)
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"""
+
+
+def _described(found: list[tuple]) -> list[str]:
+    return [f"pid {pid} ({user}, {mode}, {state} for {age} s: {query!r})"
+            for pid, mode, user, state, age, query in found]

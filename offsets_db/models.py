@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -65,6 +66,10 @@ class Run(Base):
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     ended_at: Mapped[datetime | None]
     lineage_run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))  # its OpenLineage runId
+    # a detached stream's driver: the Spark Connect server (no credentials), its session and its query
+    spark_remote: Mapped[str | None] = mapped_column(String(250))
+    spark_session_id: Mapped[str | None] = mapped_column(String(64))
+    query_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class Batch(Base):
@@ -241,7 +246,8 @@ class DeletedKey(Base):
 
     target: Mapped[str] = mapped_column(Text, primary_key=True)  # the table as schema.table
     key: Mapped[list[Any]] = mapped_column(JSONB, primary_key=True)  # the key's values, in the key's order
-    source_position: Mapped[int | None] = mapped_column(Numeric(38, 0))
+    # the declared version as a number: a source position, a version column's value, a time as its epoch
+    version: Mapped[Decimal | None] = mapped_column(Numeric)
     kafka_timestamp: Mapped[datetime | None]
     topic: Mapped[str] = mapped_column(Text)
     partition: Mapped[int] = mapped_column(Integer)

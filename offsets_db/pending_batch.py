@@ -12,7 +12,7 @@ from streamfill.errors import CheckpointMismatch, Fenced, ProtocolError
 from streamfill.offsets_db import fencing
 from streamfill.offsets_db.batch_reads import agrees, batch_bounds, job_snapshot, last_batch
 from streamfill.offsets_db.job_lookup import ResolvedJob
-from streamfill.offsets_db.locks import wait_for_lock
+from streamfill.offsets_db.locks import advisory_holders, wait_for_lock
 from streamfill.offsets_db.models import Batch, BatchOffset, DataLossEvent, Job
 from streamfill.partitions import Positions, TopicPartition
 
@@ -32,7 +32,8 @@ def pending_batch(s: Session, job: ResolvedJob, generation: int | None = None,
     if ends is not None:  # a job's batches in flight commit one at a time; its plans are not held up
         # the other commit may itself wait for a lock on the table (a colleague's CREATE INDEX): wait as long
         wait_for_lock(s.connection().connection.dbapi_connection.cursor(), "SELECT pg_advisory_xact_lock(%s, %s)",
-                      (COMMIT_LOCK_SPACE, job.id), what=f"job {job.name}: a commit waiting for the job's other commit")
+                      (COMMIT_LOCK_SPACE, job.id), what=f"job {job.name}: a commit waiting for the job's other commit",
+                      holders=advisory_holders(COMMIT_LOCK_SPACE, job.id))
     current = fencing.check(s, job.name, job.id, generation, refuse_live_holder=False)
     last = last_batch(s, job.id, lock=True) if ends is None else _batch_ending_at(s, job.id, ends)
     if last is None and ends is not None:

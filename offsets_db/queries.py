@@ -3,6 +3,7 @@ inputs and the demo's summary. Bound parameters only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +56,29 @@ def last_commit_and_worst_lag(engine: Engine, job: str) -> tuple[datetime | None
                                 "WHERE j.name = :job"), {"job": job})
         lag = conn.scalar(statement("SELECT max(lag) FROM {consumer_lag} WHERE job = :job"), {"job": job})
     return last, lag
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether a launch of the job runs now (a session holds its lease: for a detached stream, its query's source on
+    the server), which run that is, and the job's newest commit."""
+
+    held: bool
+    run_id: int | None
+    last_commit: datetime | None
+
+
+def liveness(engine: Engine, job: str) -> Liveness:
+    """One statement: the job's lease and whether its holder is alive (its advisory lock), and its newest commit."""
+    from streamfill.offsets_db.fencing import held_sql
+
+    validate_job_name(job)
+    with engine.connect() as conn:
+        row = conn.execute(statement(
+            "SELECT " + held_sql("j.id") + ", l.run_id, (SELECT max(b.committed_at) FROM {batches} b WHERE "
+            "b.job_id = j.id) FROM {jobs} j LEFT JOIN {job_leases} l ON l.job_id = j.id WHERE j.name = :job"),
+            {"job": job}).first()
+    return Liveness(False, None, None) if row is None else Liveness(bool(row[0]), row[1], row[2])
 
 
 def positions(engine: Engine, job: str) -> list[tuple[str, int, int]]:
@@ -112,3 +136,12 @@ def lag_per_partition(engine: Engine, job: str) -> list[tuple[str, int, int]]:
         return [tuple(r) for r in conn.execute(statement(
             "SELECT topic, partition, lag FROM {consumer_lag} WHERE job = :job AND lag IS NOT NULL "
             "ORDER BY topic, partition"), {"job": job})]
+
+
+def newest_dead_letters(engine: Engine, job: str, limit: int = 100) -> list[dict[str, Any]]:
+    """The job's newest dead letters, newest first: where each record was, why it was refused and its raw value."""
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(statement(
+            'SELECT d.topic, d.partition, d."offset", d.error, d.raw_value, d.created_at FROM {dead_letters} d '
+            "JOIN {jobs} j ON j.id = d.job_id WHERE j.name = :job ORDER BY d.id DESC LIMIT :limit"),
+            {"job": validate_job_name(job), "limit": limit})]

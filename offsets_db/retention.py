@@ -14,17 +14,20 @@ batches whose dead letters are all still there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
+import psycopg2.errors
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from streamfill.errors import UnknownJob
 from streamfill.names import window_jobs_like
-from streamfill.offsets_db import schema
+from streamfill.offsets_db import deleted_keys, schema
 from streamfill.offsets_db.fencing import held_sql
+from streamfill.partitions import TopicPartition
 from streamfill.retention_ages import Retention
 
 CHUNK = 500
@@ -73,6 +76,7 @@ RULES: tuple[Rule, ...] = (
         AND EXISTS (SELECT 1 FROM {announcements} n WHERE n.job_id = t.job_id AND n.seq > t.seq)"""),
 )
 WINDOWS_WHAT = "interval windows' jobs"
+DELETED_KEYS_WHAT = "deleted keys whose records Kafka no longer holds"
 # an interval window's whole job (its batches, runs, dead letters, ... go with it), after its last activity
 WINDOW_JOBS = """
     j.kind <> 'stream' AND j.name LIKE '""" + window_jobs_like() + """' AND NOT """ + _LIVE + """
@@ -90,10 +94,22 @@ class Removed:
 Progress = Callable[[str], None]
 
 
+class KafkaLog(Protocol):
+    """What a prune asks Kafka of the records that made deletes (`connectors.kafka.broker.Broker` answers it)."""
+
+    def topics(self) -> Mapping[str, int]: ...
+
+    def watermarks(self, partitions: list[TopicPartition]) -> Mapping[TopicPartition, tuple[int, int]]: ...
+
+    def holds(self, offsets: Mapping[TopicPartition, Sequence[int]]) -> set[tuple[TopicPartition, int]]: ...
+
+
 def prune(engine: Engine, retention: Retention, *, apply: bool, jobs: Sequence[str] | None = None,
-          now: datetime | None = None, chunk: int = CHUNK, progress: Progress = lambda line: None) -> list[Removed]:
+          now: datetime | None = None, chunk: int = CHUNK, progress: Progress = lambda line: None,
+          kafka: KafkaLog | None = None) -> list[Removed]:
     """What is older than its age, per kind: counted (apply False, nothing changes) or removed; of every job, or
-    of the jobs named. `now` is PostgreSQL's clock unless given."""
+    of the jobs named. `now` is PostgreSQL's clock unless given. A deleted key goes only once `kafka` no longer
+    holds the record that made it (none without `kafka`)."""
     with engine.connect() as conn:
         now = now or conn.scalar(text("SELECT now()"))
         found = conn.execute(text(schema.sql("SELECT id, name FROM {jobs} ORDER BY id"))).all()
@@ -103,7 +119,8 @@ def prune(engine: Engine, retention: Retention, *, apply: bool, jobs: Sequence[s
     named = jobs is not None
     jobs = [(job_id, name) for job_id, name in found if jobs is None or name in jobs]
     cutoffs = {kind: None if (age := getattr(retention, kind)) is None else now - age for kind in Retention.kinds()}
-    totals = {("windows", WINDOWS_WHAT): 0, **{(rule.kind, rule.what): 0 for rule in RULES}}
+    totals = {("windows", WINDOWS_WHAT): 0, **{(rule.kind, rule.what): 0 for rule in RULES},
+              ("deleted_keys", DELETED_KEYS_WHAT): 0}
     whole: set[int] = set()
     if cutoffs["windows"] is not None:
         whole, n = _window_jobs(engine, cutoffs["windows"], {job_id for job_id, _ in jobs}, apply, progress)
@@ -125,7 +142,58 @@ def prune(engine: Engine, retention: Retention, *, apply: bool, jobs: Sequence[s
             progress(f"{'removed' if apply else 'would remove'} {n:,} quality results of no job (a window's job "
                      "pruned, or a check without a job)")
         totals[("quality_results", "quality results")] += n
+    if cutoffs["deleted_keys"] is not None:
+        if kafka is None:
+            progress("deleted keys kept: no Kafka client was given to ask which of their records Kafka still holds")
+        else:
+            totals[("deleted_keys", DELETED_KEYS_WHAT)] = _deleted_keys(
+                engine, cutoffs["deleted_keys"], kafka, [job_id for job_id, _ in jobs] if named else None, apply,
+                chunk, progress)
     return [Removed(kind, what, n) for (kind, what), n in totals.items()]
+
+
+def _deleted_keys(engine: Engine, cutoff: datetime, kafka: KafkaLog, job_ids: list[int] | None, apply: bool,
+                  chunk: int, progress: Progress) -> int:
+    """The deletes recorded before `cutoff` whose records Kafka no longer holds (`deleted_keys.left_kafka`),
+    weighed `chunk` at a time: counted, or removed in a short transaction per chunk."""
+    partitions = {TopicPartition(topic, p) for topic, n in kafka.topics().items() for p in range(n)}
+    per_table: dict[str, int] = {}
+    after = None
+    raw = engine.raw_connection()
+    try:
+        while True:
+            with raw.cursor() as cur:
+                found = deleted_keys.recorded_before(cur, cutoff, after, job_ids, chunk)
+            raw.rollback()
+            if not found:
+                break
+            after = found[-1]
+            known = sorted({r.at for r in found if r.at in partitions})
+            starts = {tp: low for tp, (low, _) in kafka.watermarks(known).items()}
+            held = kafka.holds({tp: [r.offset for r in found if r.at == tp and r.offset >= starts[tp]]
+                                for tp in known})
+            gone = deleted_keys.left_kafka(found, partitions, starts, held)
+            tables = sorted({r.target for r in gone})
+            removed = {t: sum(r.target == t for r in gone) for t in tables}
+            if apply and gone:
+                try:  # a chunk that meets a lock leaves its keys to the next prune
+                    with raw.cursor() as cur:
+                        _short_locks_raw(cur)
+                        removed = {t: deleted_keys.forget(cur, [r for r in gone if r.target == t]) for t in tables}
+                    raw.commit()
+                except psycopg2.errors.LockNotAvailable:
+                    raw.rollback()
+                    removed = {}
+            for target, n in removed.items():
+                per_table[target] = per_table.get(target, 0) + n
+            if len(found) < chunk:
+                break
+    finally:
+        raw.close()
+    for target, n in sorted(per_table.items()):
+        if n:
+            progress(f"{target}: {'removed' if apply else 'would remove'} {n:,} {DELETED_KEYS_WHAT}")
+    return sum(per_table.values())
 
 
 def _jobless_results(engine: Engine, cutoff: datetime, apply: bool, chunk: int) -> int:
@@ -218,3 +286,7 @@ def _move_horizon(engine: Engine, job_id: int, column: str, cutoff: datetime) ->
 
 def _short_locks(conn: Connection) -> None:
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+
+
+def _short_locks_raw(cur) -> None:
+    cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")

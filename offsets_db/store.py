@@ -66,16 +66,18 @@ class OffsetStore:
             return job_id
 
     def hold(self, job: str, *, wait_s: float = 0, wait_hint: str = "",
-             on_wait: Callable[[Holder], None] | None = None) -> Lease:
+             on_wait: Callable[[Holder], None] | None = None, run_id: int | None = None) -> Lease:
         """Take the job for this launch (docs/guarantees.md): JobBusy names the launch holding it, unless it ends
         within `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
         with Session(self.engine) as s:
             job_id = resolve_job(s, job).id
-        return fencing.acquire(self.engine, job, job_id, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait)
+        return fencing.acquire(self.engine, job, job_id, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait,
+                               run_id=run_id)
 
     def start_run(self, job: str, *, dag_id: str | None = None, airflow_run_id: str | None = None,
                   spark_app_id: str | None = None, lease: Lease | None = None, lineage_run_id: str | None = None,
-                  on_lost: Callable[[list[str]], None] | None = None) -> int:
+                  on_lost: Callable[[list[str]], None] | None = None, spark_remote: str | None = None,
+                  spark_session_id: str | None = None) -> int:
         """One row per launch, so offsets_db shows who ran what when, where (host and pid) and for which Airflow
         run (and, `lineage_run_id`, as which OpenLineage run).
 
@@ -86,7 +88,8 @@ class OffsetStore:
             lost = s.scalars(update(Run).where(Run.job_id == job_id, Run.status == "running")
                              .values(status="lost", ended_at=func.now()).returning(Run.lineage_run_id)).all()
             run = Run(job_id=job_id, dag_id=dag_id, airflow_run_id=airflow_run_id, host=socket.gethostname(),
-                      pid=os.getpid(), spark_app_id=spark_app_id, status="running", lineage_run_id=lineage_run_id)
+                      pid=os.getpid(), spark_app_id=spark_app_id, status="running", lineage_run_id=lineage_run_id,
+                      spark_remote=spark_remote, spark_session_id=spark_session_id)
             s.add(run)
             s.flush()
             run_id = run.id
@@ -95,6 +98,13 @@ class OffsetStore:
         if on_lost is not None and any(lost):
             on_lost([str(r) for r in lost if r is not None])
         return run_id
+
+    def set_query(self, run_id: int, query_id: object) -> None:
+        """The streaming query a detached launch started (a Spark Connect server's), so a later process finds it."""
+        with Session(self.engine) as s, s.begin():
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.query_id = str(query_id)
 
     def end_run(self, run_id: int, status: str) -> None:
         with Session(self.engine) as s, s.begin():

@@ -1,5 +1,6 @@
-"""A small client of Airflow's REST API v2 (token login, trigger, wait, asset events), for `make demo`, the
-announcer of a stream's commits and the tests."""
+"""A small client of Airflow's REST API v2 (token login, trigger, wait, asset events), for `make demo`, the replay
+form's access check and the tests. The announcements of a stream's commits do not use it: they are outlet events
+of a task (orchestration/announce.py), which needs no user's password."""
 
 from __future__ import annotations
 
@@ -73,10 +74,6 @@ class AirflowApi:
         """The id of the asset with exactly this URI; None until a DAG that names it was parsed."""
         found = self.call("GET", f"/api/v2/assets?uri_pattern={urllib.parse.quote(uri)}&limit=100")
         return next((a["id"] for a in found.get("assets", []) if a["uri"] == uri), None)
-
-    def create_asset_event(self, asset_id: int, extra: dict, partition_key: str | None = None) -> int:
-        body = {"asset_id": asset_id, "extra": extra, **({"partition_key": partition_key} if partition_key else {})}
-        return self.call("POST", "/api/v2/assets/events", body)["id"]
 
     def asset_events(self, asset_id: int, since: str | None = None) -> list[dict]:
         """Every event of the asset (from `since`, an ISO time, on), oldest first."""

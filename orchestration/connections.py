@@ -29,8 +29,11 @@ POSTGRES_CONNECTION = "streamfill_postgres"  # offsets_db and the tables: the da
 # alike for the API server and its workers (they ask the API server for it), so the page needs an id of its own
 POSTGRES_READER_CONNECTION = "streamfill_postgres_reader"
 SCHEMA_REGISTRY_CONNECTION = "streamfill_schema_registry"
-# Airflow's REST API for the announcer of a stream's commits (host = its base URL, a user who may create asset
-# events) and for the replay form's access check (a user who may read the runs of every DAG)
+# the local stack's Spark Connect server, of the apache-spark provider's type spark_connect: an entry naming it as
+# its spark_conn_id runs its stream's driver there, detached from the Airflow task (orchestration/stream_operator.py)
+SPARK_CONNECT_CONNECTION = "streamfill_spark_connect"
+# Airflow's REST API for the replay form's access check (host = its base URL, a user who may read the runs of every
+# DAG); the announcements of a stream's commits need no connection of Airflow's API
 API_CONNECTION = "streamfill_airflow_api"
 PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")  # libpq's, as Airflow's postgres provider names them
 _FROM_LOGIN = {"sasl.username": "login", "sasl.password": "password"}
@@ -49,10 +52,11 @@ def extras(conn) -> dict:
 def kafka_client(conn) -> dict[str, str]:
     """librdkafka settings of an Airflow Connection (secrets included: for a client or a job's environment)."""
     extra, as_is = extras(conn), getattr(conn, "conn_type", None) == PROVIDER_KAFKA_TYPE
+    name = getattr(conn, "conn_id", None) or KAFKA_CONNECTION  # an entry's or an operator's kafka_conn_id
     if as_is:
         conf = {str(k): property_value(v) for k, v in extra.items()}
         if not conf.get("bootstrap.servers"):
-            raise OptionError(f"extra of connection {KAFKA_CONNECTION}", None, "has no bootstrap.servers (a "
+            raise OptionError(f"extra of connection {name}", None, "has no bootstrap.servers (a "
                               "connection of type kafka holds librdkafka's configuration in its extra)",
                               'Add "bootstrap.servers": "host:9092" to the extra (Admin > Connections)')
     else:
@@ -69,7 +73,7 @@ def kafka_client(conn) -> dict[str, str]:
         if prop in conf:
             if conf[prop].upper() not in known:
                 key = prop if as_is else field
-                raise OptionError(f"extra {key} of connection {KAFKA_CONNECTION}", conf[prop],
+                raise OptionError(f"extra {key} of connection {name}", conf[prop],
                                   f"is not one of {', '.join(known)}", "Fix the connection (Admin > Connections)")
             conf[prop] = conf[prop].upper()
     return conf

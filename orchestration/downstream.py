@@ -1,10 +1,11 @@
 """For DAGs that run when streamfill's data lands (a report, a dbt run, an export): the assets of an entry's
 tables, the streamfill part of the events that triggered a run, and the rows those events cover.
 
-    from airflow.sdk import DAG, IdentityMapper, PartitionedAssetTimetable, task
+    from airflow.sdk import DAG, Asset, IdentityMapper, PartitionedAssetTimetable, task
     from streamfill.orchestration import downstream
 
-    with DAG("orders_report", schedule=PartitionedAssetTimetable(assets=downstream.stream_asset("orders"),
+    orders = Asset("postgres://db:5432/streamfill/public/orders_events")  # or downstream.stream_asset("orders")
+    with DAG("orders_report", schedule=PartitionedAssetTimetable(assets=orders,
                                                                   default_partition_mapper=IdentityMapper())):
         @task
         def report():
@@ -13,9 +14,8 @@ tables, the streamfill part of the events that triggered a run, and the rows tho
 
 streamfill's events carry a partition key (the window's start, or `commits:<job>:<n>`): Airflow gives keyed events
 to DAGs scheduled with PartitionedAssetTimetable, one run per key, and not to plain `schedule=[asset]` DAGs. A
-table written by several entries gets the announcements of each (`event["job"]` says whose). Take the asset from
-here rather than declaring it by its URI: Airflow gives an asset the watchers of the DAG file it parsed last, and
-this one carries streamfill's announcer."""
+table written by several entries gets the announcements of each (`event["job"]` says whose). The assets are plain
+ones: declare a table's asset by its URI, or take it from here, which names it from the entry."""
 
 from __future__ import annotations
 
@@ -28,19 +28,22 @@ from streamfill.names import parse_table
 from streamfill.offsets_db.announce_plan import from_extra
 from streamfill.orchestration import assets
 from streamfill.orchestration.jobs_file_variable import pin
-from streamfill.spark_jobs.pipelines import load
+from streamfill.spark_jobs.pipelines import PipelineSpec, load_each
 
 
 def stream_asset(name: str) -> Asset:
     """The asset of entry `name`'s stream table: an event per announcement of the commits of each entry writing it."""
-    specs = load(pin())
-    return assets.table_asset(specs.values(), assets.database_url(), specs[name].table)
+    return assets.table_asset(assets.database_url(), _entry(name).table)
 
 
 def windows_asset(name: str) -> Asset:
     """The asset of entry `name`'s interval table: an event per window run."""
-    specs = load(pin())
-    return assets.table_asset(specs.values(), assets.database_url(), specs[name].interval_target)
+    return assets.table_asset(assets.database_url(), _entry(name).interval_target)
+
+
+def _entry(name: str) -> PipelineSpec:
+    """Entry `name` of the jobs file Airflow uses; another entry's being broken does not stop this DAG file."""
+    return load_each(pin()).spec(name, "entry")
 
 
 def triggering_events(context: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:

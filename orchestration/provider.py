@@ -1,6 +1,7 @@
 """streamfill as an Airflow provider (the entry point `apache_airflow_provider` in pyproject.toml): Airflow's
-providers manager lists its connection types, and the connection form shows their fields. The fields are the
-extras orchestration/connections.py reads; the hooks only name the types (the jobs read the connections)."""
+providers manager lists its operators, sensor, trigger and hooks, and its connection types, whose fields the
+connection form shows. The fields are the extras orchestration/connections.py reads; the two connection-type hooks
+only name the types (the jobs read the connections), the offsets_db hook reads offsets_db."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ SCHEMA_REGISTRY_BEHAVIOUR = {"hidden-fields": ["schema", "extra"],
                              "placeholders": {}}
 
 
+INTEGRATION = "streamfill"
+# the modules of what a DAG of a team's own composes (docs/airflow.md, "Operators, sensor and hook")
+OPERATOR_MODULES = ["streamfill.orchestration.stream_operator", "streamfill.orchestration.backfill_operator",
+                    "streamfill.orchestration.quality_operator", "streamfill.orchestration.announce_operator"]
+SENSOR_MODULES = ["streamfill.orchestration.committed_through_sensor"]
+TRIGGER_MODULES = ["streamfill.orchestration.committed_through_trigger", "streamfill.orchestration.announce_trigger"]
+HOOK_MODULES = ["streamfill.orchestration.offsets_hook", "streamfill.orchestration.provider"]
+
+
 def get_provider_info() -> dict:
     try:
         versions = [version("streamfill")]
@@ -51,6 +61,11 @@ def get_provider_info() -> dict:
         "name": "streamfill",
         "description": "Kafka batch-plus-streaming into PostgreSQL with exactly-once offsets, launched by Airflow",
         "versions": versions,
+        "integrations": [{"integration-name": INTEGRATION, "tags": ["software"]}],
+        "operators": [{"integration-name": INTEGRATION, "python-modules": OPERATOR_MODULES}],
+        "sensors": [{"integration-name": INTEGRATION, "python-modules": SENSOR_MODULES}],
+        "triggers": [{"integration-name": INTEGRATION, "python-modules": TRIGGER_MODULES}],
+        "hooks": [{"integration-name": INTEGRATION, "python-modules": HOOK_MODULES}],
         "connection-types": [
             {"hook-class-name": "streamfill.orchestration.provider.StreamfillKafkaHook", "hook-name": "Kafka "
              "(streamfill)", "connection-type": KAFKA_TYPE, "conn-fields": KAFKA_FIELDS,

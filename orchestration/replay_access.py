@@ -19,7 +19,7 @@ import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 
-from streamfill.errors import StreamfillError
+from streamfill.errors import REFUSAL, StreamfillError
 from streamfill.orchestration import dag_ids
 from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.urls import without_password
@@ -30,6 +30,8 @@ HOST_TRIGGERS = frozenset({"cli", "test"})
 
 class ReplayRefused(StreamfillError, PermissionError):
     """A replay its user may not run: the message names the user, the entry, the table and what to do."""
+
+    kind = REFUSAL
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """spark-submit of a job for as long as its Airflow task runs: its output in the task log, and its process group
-stopped with the task (or, for the stream, its batch in flight committed first)."""
+stopped with the task (or, for the stream, its batch in flight committed first). The command is the apache-spark
+provider's (orchestration/spark_command.py); its exit code says whether a retry can help (orchestration/failures.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 from streamfill import REPO_ROOT, durations, requirements, spark_jobs
 from streamfill.kafka_client import describe
 from streamfill.orchestration.endpoints import Endpoints
+from streamfill.orchestration.failures import launch_failed
+from streamfill.orchestration.spark_command import spark_command
 from streamfill.orchestration.task_lineage import lineage_parent
 from streamfill.settings import STOP_WITH_ENV, get_settings
 from streamfill.spark_jobs import class_archive, py_files
+from streamfill.spark_jobs.pipelines.nested_specs import SparkSpec
 
 log = logging.getLogger("streamfill.orchestration")
 
@@ -24,8 +28,10 @@ KILL_AFTER_S = 3.0  # a bounded job: Airflow's supervisor sends SIGKILL 5 s afte
 
 
 def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[str, str] | None = None,
-                 graceful: bool = False) -> None:
-    """spark-submit of spark_jobs/<script> with the project's interpreter, its output in the task log.
+                 graceful: bool = False, spark: SparkSpec | None = None, name: str = "streamfill") -> None:
+    """spark-submit of spark_jobs/<script> with the project's interpreter, its output in the task log, on the
+    connection `ends.spark_conn` (else the Variable's master) with the entry's `spark` settings; `name` is the
+    Spark application's.
 
     The job runs in its own process group. When Airflow stops the task (SIGTERM, then SIGKILL 5 s later from
     its task supervisor):
@@ -34,21 +40,26 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
     - a `graceful` job (the stream) gets SIGTERM in its Python driver only, and the task ends at once: the job
       outlives it to commit its batch in flight within its stop grace, then ends (spark_jobs/stream.py), and also
       stops when it sees the task gone. A retry's launch waits for it (--wait-for-job): fencing keeps the two apart.
-    A non-zero exit fails the task.
+    A non-zero exit fails the task: at once for a refusal, through its retries otherwise.
     """
-    bin_dir = Path(sys.executable).parent
-    cluster = py_files.ships(ends.spark_master)
-    # a cluster's workers may not have streamfill: its packages go with the job, and the driver stays this
-    # interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py, docs/infrastructure.md)
-    ship = ["--py-files", str(py_files.archive(get_settings().home)),
-            "--conf", f"spark.pyspark.driver.python={sys.executable}"] if cluster else []
+    application = str(Path(spark_jobs.__file__).parent / script)
+    command = spark_command(application, args, ends.spark_conn, ends.spark_master, spark,
+                            {"spark.ui.showConsoleProgress": "false"}, name)
+    cluster = py_files.ships(command.master)
+    if cluster:
+        # a cluster's workers may not have streamfill: its packages go with the job, and a driver beside the task
+        # stays this interpreter even when spark.pyspark.python names the workers' one (spark_jobs/py_files.py,
+        # docs/infrastructure.md)
+        driver = [] if command.cluster_driver else ["--conf", f"spark.pyspark.driver.python={sys.executable}"]
+        command = command.with_options(["--py-files", str(py_files.archive(get_settings().home)), *driver],
+                                       application)
     requirements.check_java()
-    cmd = [str(bin_dir / "spark-submit"), "--master", ends.spark_master, *ship,
-           "--conf", "spark.ui.showConsoleProgress=false", str(Path(spark_jobs.__file__).parent / script), *args]
+    cmd = command.argv
     # a cluster's executors run the PYSPARK_PYTHON of Airflow's environment when it names one
     workers_python = os.environ.get("PYSPARK_PYTHON", sys.executable) if cluster else sys.executable
     parent = lineage_parent()
     env = {**(py_files.driver_paths(get_settings().home) if cluster else {}), **os.environ, **ends.env(),
+           "STREAMFILL_SPARK_MASTER": command.master,
            **(parent.environ() if parent else {}), **(extra_env or {}), "PYSPARK_PYTHON": workers_python,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
     env = class_archive.with_archive(env, get_settings().home)
@@ -84,8 +95,7 @@ def spark_submit(script: str, args: list[str], ends: Endpoints, extra_env: dict[
         if proc.poll() is None and not stopped:
             _kill_group(proc)
     if code != 0:
-        raise RuntimeError(f"{script} exited with {code}; its output is above")
-
+        raise launch_failed(script, code)
 
 
 def retry_wait(grace_s: float) -> str:

@@ -4,14 +4,15 @@ ones it refuses, and the ones it leaves for the next launch. Pure: two entries i
 - Followed, without a restart: a new column that is neither required nor part of the key (the table gets it,
   nullable), a column's type safely widened (int to bigint, decimal(p,s) to one with as many digits before and
   after the point or more: `connectors.postgres.widening`), a column's rules (min, max, in, pattern, max_length,
-  field, and required dropped), which decide from the next batch on which records become dead letters.
+  field of a column outside the key, and required dropped), which decide from the next batch on which records
+  become dead letters.
 - Left for the next launch: how and when the stream runs and what runs beside it (`IGNORED_FIELDS`: trigger,
   start, quality, schedules, health, ...).
 - Refused: whatever else changed, which changes what a committed row means or where it goes: another type, a column
-  made required, a new required column, a column removed, and every other field of the entry (its key, topic(s),
-  format, how values are decoded, derived columns, table, mode, deletes, route, dead letters, and any field added
-  to entries later). The stream stops between batches and fails, naming the change and how to apply it; nothing of
-  the new entry is written.
+  made required, a new required column, a column removed, a key column's field, and every other field of the
+  entry (its key, topic(s), format, how values are decoded, derived columns, table, mode, deletes, route, dead
+  letters, and any field added to entries later). The stream stops between batches and fails, naming the change
+  and how to apply it; nothing of the new entry is written.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ FOLLOWED_FIELDS = ("columns",)
 # other field says what a record is read as, which rows it makes or where they go: changed between two batches of
 # one launch, the batches before and after would mean different things under the same job, so it is refused
 IGNORED_FIELDS = ("trigger", "max_offsets_per_trigger", "start", "checkpoint_dir", "commit_to_group", "stop_grace",
-                  "interval_table", "quality", "schedule", "quality_schedule", "health", "announce_every")
+                  "interval_table", "quality", "schedule", "quality_schedule", "health", "announce_every", "spark")
 RULES = ("min", "max", "in_", "pattern", "max_length", "field")  # a column's checks, besides its type and required
 RESTART = "Restart the stream to apply it"
 
@@ -113,6 +114,10 @@ def _column(name: str, was: ColumnSpec | None, now: ColumnSpec | None, key: list
     if now.required and not was.required:
         return Refusal(f"columns.{name}.required", True, f"was false {where}; records without {name}, valid until "
                        "now, would become dead letters from one batch to the next", RESTART)
+    if name in key and (was.field or name) != (now.field or name):
+        return Refusal(f"columns.{name}.field", now.field, f"changed from {was.field!r} {where}; {name} is part of "
+                       "the key, and a running stream keeps which field keys its rows (its batches before and after "
+                       "would key one record two ways)", RESTART)
     rules = [rule.rstrip("_") for rule in RULES if getattr(was, rule) != getattr(now, rule)]
     rules += ["required"] if was.required and not now.required else []
     if rules:

@@ -39,6 +39,8 @@ def sink_options(spec: PipelineSpec, job: str, table: str, mode: str, url: str, 
     else:
         options.update({sink.MODE.key: mode, sink.KEY_COLUMNS.key: ",".join(spec.key),
                         sink.COLUMN_TYPES.key: json.dumps(_postgres_types(spec.columns))})
+        if spec.version_column is not None and mode == REPLACE:
+            options[sink.VERSION_COLUMN.key] = spec.version_column
     if generation is not None:
         options[sink.JOB_GENERATION.key] = str(generation)
     if ends is not None:

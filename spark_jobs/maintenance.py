@@ -3,7 +3,7 @@ and the maintenance DAG alike (docs/operations.md#retention)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamfill.offsets_db.retention import Removed
@@ -26,9 +26,10 @@ class Pruned:
 
 
 def prune(url: str, retention: Retention, *, apply: bool, jobs: Sequence[str] | None = None,
-          progress: Callable[[str], None] = print) -> Pruned:
+          progress: Callable[[str], None] = print, kafka: Mapping[str, str] | None = None) -> Pruned:
     """Prune offsets_db at `retention`'s ages, then drop the staging tables no running launch uses (or, with
-    apply False, say what would go); of every job, or of the jobs named."""
+    apply False, say what would go); of every job, or of the jobs named. `kafka` (a client's librdkafka settings)
+    is asked which records of deleted keys it still holds; without it deleted keys are kept."""
     from streamfill.connectors.postgres import stage
     from streamfill.offsets_db import retention as history
     from streamfill.offsets_db import revision
@@ -37,7 +38,12 @@ def prune(url: str, retention: Retention, *, apply: bool, jobs: Sequence[str] | 
     engine = make_engine(url)
     try:
         revision.require(engine)
-        removed = history.prune(engine, retention, apply=apply, jobs=jobs, progress=progress)
+        broker = None
+        if kafka is not None and retention.deleted_keys is not None:
+            from streamfill.connectors.kafka.broker import Broker
+
+            broker = Broker(kafka)
+        removed = history.prune(engine, retention, apply=apply, jobs=jobs, progress=progress, kafka=broker)
         if retention.stages is not None:
             raw = engine.raw_connection()
             try:

@@ -16,6 +16,19 @@ from streamfill.settings import Settings, get_settings
 from streamfill.spark_jobs import class_archive, py_files
 
 REDACTED_OPTIONS = r"(?i)url|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key"
+# every job's session, local or a Spark Connect server's
+SESSION_SETTINGS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's projections of values typed in
+    # the read (each column: the read's value, or from_json's and its checks) make one; with this limit, as Spark's
+    # docs advise on HotSpot, such a stage runs without whole-stage codegen instead of as one method the JVM only
+    # interprets
+    "spark.sql.codegen.hugeMethodLimit": "8000",
+    # options whose values Spark hides in plans, beside spark.redaction.regex's passwords and secrets: URLs
+    # (offsetsDbUrl carries offsets_db's password) and the Kafka secrets not named like one
+    "spark.sql.redaction.options.regex": REDACTED_OPTIONS,
+}
 
 
 def spark_session(app_name: str, settings: Settings | None = None,
@@ -34,23 +47,26 @@ def spark_session(app_name: str, settings: Settings | None = None,
         requirements.check_java()  # the JVM starts here: refuse an old Java in words, not a class-version error
         builder = builder.master(settings.spark_master)
         os.environ.update(class_archive.with_archive(dict(os.environ), settings.home))  # the JVM starts here
-    builder = (builder.appName(app_name)
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC")
-               # HotSpot never compiles a method over 8,000 bytes of bytecode, and a pipeline's projections of
-               # values typed in the read (each column: the read's value, or from_json's and its checks) make one;
-               # with this limit, as Spark's docs advise on HotSpot, such a stage runs without whole-stage codegen
-               # instead of as one method the JVM only interprets
-               .config("spark.sql.codegen.hugeMethodLimit", "8000")
-               # options whose values Spark hides in plans, beside spark.redaction.regex's passwords and secrets:
-               # URLs (offsetsDbUrl carries offsets_db's password) and the Kafka secrets not named like one
-               .config("spark.sql.redaction.options.regex", REDACTED_OPTIONS))
+    builder = builder.appName(app_name)
+    for key, value in SESSION_SETTINGS.items():
+        builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     requirements.spark(session.version)
     session.sparkContext.setLogLevel("WARN")
     _ship_code(session, settings)
+    return session
+
+
+def connect_session(remote: str, session_id: str) -> SparkSession:
+    """A session of this process on the Spark Connect server `remote` (sc://host:port), under `session_id`: a
+    detached stream's launch starts its query in it and leaves, and a later process names the same id to find the
+    query again. The server runs the driver, so nothing of this process's (its interpreter, a class archive) goes
+    with it; the session's settings are every job's."""
+    session = SparkSession.builder.remote(f"{remote.rstrip('/')}/;session_id={session_id}").getOrCreate()
+    for key, value in SESSION_SETTINGS.items():
+        session.conf.set(key, value)
     return session
 
 

@@ -35,7 +35,7 @@ from streamfill.spark_jobs.run_record import recorded_run
 from streamfill.spark_jobs.stream_args import StreamArgs
 from streamfill.spark_jobs.stream_checkpoint import refused_checkpoint, set_checkpoint_aside, without_jvm_stack
 from streamfill.spark_jobs.stream_query import check_access, query_plan, start, stream_lineage_io
-from streamfill.spark_jobs.stream_stop import graceful_stop, stop_between_batches, watch_task
+from streamfill.spark_jobs.stream_stop import StopGrace, stop_between_batches, watch_task
 from streamfill.spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 
 
@@ -50,8 +50,9 @@ class StreamSummary:
 
 
 def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,
-        on_batch: Callable[[dict], None] | None = None) -> StreamSummary:
-    """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches.
+        on_batch: Callable[[dict], None] | None = None, stopped: Callable[[], object] = lambda: None) -> StreamSummary:
+    """Run until the query ends (AvailableNow) or `stop` is set; then stop between batches. `stopped` is told
+    once the query has stopped, before the launch records its end (it ends a stop's grace timer).
 
     Everything is checked first (the cluster's login and the topics' ACLs, then the table); then the launch
     takes the job (refused, or waiting with --wait-for-job, while another launch holds it) and holds it until
@@ -64,14 +65,14 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     started = time.monotonic()
     summary = StreamSummary(args.job, "succeeded")
     with job_metrics(url, args.job, kafka) as metrics:
-        _run_held(args, spark, kafka, url, stop, on_batch, store, summary, metrics)
+        _run_held(args, spark, kafka, url, stop, on_batch, store, summary, metrics, stopped)
     summary.seconds = time.monotonic() - started
     return summary
 
 
 def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threading.Event,
               on_batch: Callable[[dict], None] | None, store: OffsetStore, summary: StreamSummary,
-              metrics: JobMetrics | None) -> None:
+              metrics: JobMetrics | None, stopped: Callable[[], object]) -> None:
     """The launch once checked: it takes the job, runs the query until it ends or `stop`, then fills the
     summary's totals. Meanwhile it follows its entry (`entry_watch`): a change it follows stops the query between
     batches, changes the table under the launch's hold and starts the query again from the same checkpoint, so the
@@ -114,6 +115,7 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                     report()
                     if stop.is_set():
                         stop_between_batches(query, args.grace_s)
+                        stopped()
                         run_row.status = summary.status = "stopped"
                         break
                     changes = watch.check()
@@ -126,11 +128,13 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
                         break  # the failure is the query's exception(), below
             except KeyboardInterrupt:
                 stop_between_batches(query, args.grace_s)
+                stopped()
                 raise
             report()
             failure = query.exception()
             if failure is None and changes is not None:
                 if changes.refused:
+                    stopped()
                     raise changes.error()
                 running = _running(args, changes.spec)
                 plan = query_plan(spark, running, kafka, url, lease.generation)  # the table changes here
@@ -148,6 +152,7 @@ def _run_held(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop:
             console.print(f"stream {args.job}: its checkpoint disagreed with offsets_db; set aside as {set_aside}, "
                           "resuming where offsets_db says", highlight=False)
             query = start(spark, running, kafka, url, query_plan(spark, running, kafka, url, lease.generation))
+        stopped()  # the query ended (a stop, its end, a failure): nothing is left for a stop's grace to cut
         if failure is not None:
             raise StreamfillError(f"stream {args.job!r} failed: {without_jvm_stack(failure)}") from None
     summary.batches, summary.rows, summary.dead_letters = store.batch_totals(args.job, first_batch)
@@ -169,7 +174,7 @@ def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
 
     settings = get_settings()
     stop = threading.Event()
-    stopping = graceful_stop(stop, args.grace_s, args.job)
+    stopping = StopGrace(stop, args.grace_s, args.job)
     signal.signal(signal.SIGTERM, lambda *_: stopping("SIGTERM"))
     watch_task(os.environ.get(STOP_WITH_ENV), stopping)
     spark = job_session(f"streamfill-stream-{args.job}", master, settings)
@@ -183,8 +188,10 @@ def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
 
     try:
         with refusals(ValueError), reaching(settings.offsets_db_url):
-            summary = run(args, spark, settings.kafka_client(), settings.offsets_db_url, stop, print_batch)
+            summary = run(args, spark, settings.kafka_client(), settings.offsets_db_url, stop, print_batch,
+                          stopping.ended)
     finally:
+        stopping.ended()  # however run ended, no query runs now: the launch shuts down uncut
         spark.stop()
     console.print(f"stream {args.job} {summary.status} after {summary.seconds:.1f} s: {summary.batches} batches "
                   f"committed, {summary.rows:,} rows into {args.table}, {summary.dead_letters:,} dead letters")

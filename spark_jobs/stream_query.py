@@ -14,10 +14,11 @@ from streamfill.trigger_grammar import parse_trigger
 
 
 def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, generation: int | None = None,
-               change: bool = True):
+               change: bool = True, source: Mapping[str, str] | None = None):
     """The entry's topic(s) through its parse, and the sink's options. The table is created, checked or evolved
     here, so a mismatch is refused before anything is read or recorded; with `change` False only checked (before
-    the launch holds its job). `generation` is this launch's hold on the job: its plans and commits carry it."""
+    the launch holds its job). `generation` is this launch's hold on the job: its plans and commits carry it.
+    `source`: more options of the source (a detached stream's jobRun)."""
     from streamfill.connectors.spark import register
     from streamfill.connectors.spark.postgres_plan import prepare_table
 
@@ -25,7 +26,7 @@ def query_plan(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, gene
     spec = args.spec
     reader = (kafka_reader(spark.readStream, spec, args.job, kafka, url, generation)
               .option(*args.subscription).option(*args.start_option)
-              .options(**packing(spark)))
+              .options(**packing(spark)).options(**(source or {})))
     if args.max_offsets_per_trigger:
         reader = reader.option(kafka_source.MAX_OFFSETS_PER_TRIGGER.key, str(args.max_offsets_per_trigger))
     if spec.commit_to_group:
@@ -40,10 +41,15 @@ def packing(spark) -> dict[str, str]:
     """On a local master, one task per core reads a micro-batch (maxPartitions), so a small batch pays a task's
     start-up once per core instead of once per partition. A cluster's cores are not known when the query starts
     (executors come and go), so there each Kafka partition keeps its own task, as in Spark's Kafka source."""
-    context = spark.sparkContext
-    if not context.master.startswith("local"):
+    from streamfill.connectors.spark import is_connect
+
+    if is_connect(spark):  # a server's session: its master and parallelism are its settings
+        master, cores = spark.conf.get("spark.master", ""), spark.conf.get("spark.default.parallelism", None)
+    else:
+        master, cores = spark.sparkContext.master, str(spark.sparkContext.defaultParallelism)
+    if not master.startswith("local") or cores is None:
         return {}
-    return {kafka_source.MAX_PARTITIONS.key: str(context.defaultParallelism)}
+    return {kafka_source.MAX_PARTITIONS.key: cores}
 
 
 def start(spark, args: StreamArgs, kafka: Mapping[str, str], url: str, plan=None):

@@ -22,30 +22,54 @@ def stop_between_batches(query, timeout_s: float = 600) -> None:
     query.stop()
 
 
-def graceful_stop(stop: threading.Event, grace_s: float, job: str) -> Callable[[str], None]:
-    """What stops a launch: the query ends between batches (the batch in flight commits); once `grace_s` has
-    passed the launch kills itself and its JVM (`_end_launch`), cutting that batch, nothing of which commits (its
-    commit is one transaction) and which the next launch reads again."""
-    began = threading.Event()
+class StopGrace:
+    """What stops a launch: called with why (SIGTERM, its task's end), it sets `stop`, so the query ends between
+    batches once the batch in flight commits, and starts the grace's timer; `ended()` says the query has stopped,
+    which ends the timer, so the launch then shuts down however long that takes. Past `grace_s` with the query
+    still running, `cut` kills the launch and its JVM (`_end_launch`), cutting that batch, nothing of which commits
+    (its commit is one transaction) and which the next launch reads again. `wait(event, seconds)` is how the timer
+    waits: whether `event` was set within the seconds."""
 
-    def begin(why: str) -> None:
-        stop.set()
-        if began.is_set():
+    def __init__(self, stop: threading.Event, grace_s: float, job: str, cut: Callable[[], None] | None = None,
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
+        self.stop, self.grace_s, self.job = stop, grace_s, job
+        self._cut, self._wait = cut or _end_launch, wait
+        self._ended = threading.Event()
+        # ending and cutting exclude each other: a query that stops as the grace runs out is either in time or cut
+        self._lock = threading.Lock()
+        self._cutting = False
+        self.timer: threading.Thread | None = None
+
+    def __call__(self, why: str) -> None:
+        self.stop.set()
+        with self._lock:
+            if self.timer is not None or self._ended.is_set():
+                return
+            self.timer = threading.Thread(target=self._run_out, name="streamfill-stop-grace", daemon=True)
+        console.print(f"stream {self.job}: {why}; stopping after the batch in flight commits (within "
+                      f"{self.grace_s:g} s)", highlight=False)
+        self.timer.start()
+
+    def ended(self) -> bool:
+        """The query has stopped: the timer ends and nothing is cut. False when the grace had run out first (the
+        cut is under way)."""
+        with self._lock:
+            if self._cutting:
+                return False
+            self._ended.set()
+            return True
+
+    def _run_out(self) -> None:
+        if self._wait(self._ended, self.grace_s):
             return
-        began.set()
-        console.print(f"stream {job}: {why}; stopping after the batch in flight commits (within {grace_s:g} s)",
-                      highlight=False)
-
-        def cut() -> None:
-            time.sleep(grace_s)
-            console.print(f"stream {job}: the batch in flight did not commit within {grace_s:g} s of the stop; it "
-                          "is cut, nothing of it commits, and the next launch reads it again", highlight=False)
-            sys.stdout.flush()
-            _end_launch()
-
-        threading.Thread(target=cut, name="streamfill-stop-grace", daemon=True).start()
-
-    return begin
+        with self._lock:
+            if self._ended.is_set():
+                return
+            self._cutting = True
+        console.print(f"stream {self.job}: the batch in flight did not commit within {self.grace_s:g} s of the "
+                      "stop; it is cut, nothing of it commits, and the next launch reads it again", highlight=False)
+        sys.stdout.flush()
+        self._cut()
 
 
 def _end_launch() -> None:

@@ -8,10 +8,13 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.markup import escape
 
-from streamfill.errors import StreamfillError
+from streamfill.errors import OUTAGE, REFUSAL, StreamfillError, kind_of
 
 console = Console(soft_wrap=True)  # long lines stay whole in logs (Airflow, CI)
 err = Console(stderr=True, soft_wrap=True)
+# a job's exit code under spark-submit says what ended it (sysexits.h's EX_CONFIG and EX_TEMPFAIL), so the Airflow
+# task that launched it knows whether a retry can help (orchestration/failures.py); any other failure exits 1
+JOB_EXIT_CODES = {REFUSAL: 78, OUTAGE: 75}
 
 
 def say(message: str) -> None:
@@ -19,9 +22,19 @@ def say(message: str) -> None:
 
 
 def fail(exc: BaseException) -> SystemExit:
-    """Print the error as one readable message and return the exit to raise (code 1)."""
+    """Print the error as one readable message and return the exit to raise (code 1); the exit keeps the error
+    (`job_exit` reads its kind)."""
     err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # `key: [a]` in a message is not markup
-    return SystemExit(1)
+    stop = SystemExit(1)
+    stop.error = exc
+    return stop
+
+
+def job_exit(stop: SystemExit) -> SystemExit:
+    """The exit of a job under spark-submit: a refusal's or an outage's code of JOB_EXIT_CODES (the CLI's
+    commands keep code 1 for every failure)."""
+    code = JOB_EXIT_CODES.get(kind_of(getattr(stop, "error", None)))
+    return SystemExit(code) if code is not None and stop.code == 1 else stop
 
 
 @contextmanager

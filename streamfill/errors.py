@@ -7,9 +7,17 @@ protocol, the local stack, Airflow).
 
 from __future__ import annotations
 
+# What a failure is, for whoever decides whether to try again (an Airflow task's retries, a job's exit code):
+# a REFUSAL repeats however often it is tried (an input, a configuration, a launch refused); an OUTAGE is
+# something streamfill talks to out of reach, which a later try may find back.
+REFUSAL, OUTAGE = "refusal", "outage"
+
 
 class StreamfillError(Exception):
-    """Base of every error streamfill raises on purpose."""
+    """Base of every error streamfill raises on purpose; `kind` is REFUSAL, OUTAGE or None (neither: a failure a
+    retry may or may not overcome)."""
+
+    kind: str | None = None
 
 
 class OptionError(StreamfillError, ValueError):
@@ -18,6 +26,8 @@ class OptionError(StreamfillError, ValueError):
     `option` is what the user wrote: a data source option (`startingOffsets`), a flag (`--from`), a field or a
     setting (`STREAMFILL_PG_PORT`).
     """
+
+    kind = REFUSAL
 
     def __init__(self, option: str, value: object, problem: str, fix: str) -> None:
         self.option, self.value, self.problem, self.fix = option, value, problem, fix
@@ -33,15 +43,27 @@ class OptionError(StreamfillError, ValueError):
 class BrokerError(StreamfillError):
     """The broker could not be reached or answered with an error."""
 
+    kind = OUTAGE
+
+
+class BrokerRefused(BrokerError):
+    """The cluster refused this client: its credentials, its trust or an ACL; trying again cannot help."""
+
+    kind = REFUSAL
+
 
 class RegistryError(StreamfillError):
     """The schema registry could not be reached or failed: not a bad record, so the batch fails and is read again."""
+
+    kind = OUTAGE
 
 
 class DataLossError(StreamfillError):
     """Offsets that were planned or requested are gone from the broker and failOnDataLoss is true.
 
     `events` are the losses found, so the caller can record them before it fails."""
+
+    kind = REFUSAL  # the offsets are gone for good: a person decides what to do
 
     def __init__(self, message: str, events: tuple = ()) -> None:
         super().__init__(message)
@@ -51,6 +73,8 @@ class DataLossError(StreamfillError):
 class SinkError(StreamfillError, ValueError):
     """A sink's target table does not fit what is written; raised on the driver before any row moves."""
 
+    kind = REFUSAL
+
 
 class ProtocolError(StreamfillError):
     """The exactly-once protocol refused a step: the recorded state and the request disagree."""
@@ -58,6 +82,8 @@ class ProtocolError(StreamfillError):
 
 class CheckpointMismatch(ProtocolError):
     """Spark's checkpoint and offsets_db disagree on where a job stands; neither is silently trusted."""
+
+    kind = REFUSAL
 
     def __init__(self, job: str, checkpoint: dict[tuple[str, int], int], snapshot: dict[tuple[str, int], int]) -> None:
         self.job, self.checkpoint, self.snapshot = job, checkpoint, snapshot
@@ -86,17 +112,25 @@ class JobBusy(ProtocolError):
     """Another launch holds the job (docs/guarantees.md); the message names it: run id, host,
     pid and for how long."""
 
+    kind = REFUSAL
+
 
 class Fenced(ProtocolError):
     """This launch no longer holds its job (another launch took it over): it may neither plan nor commit."""
+
+    kind = REFUSAL
 
 
 class JobKindMismatch(ProtocolError, ValueError):
     """A job name used for another kind of job (a backfill under a stream's name)."""
 
+    kind = REFUSAL
+
 
 class StackError(StreamfillError):
     """A local service could not be started, reached or stopped; the message says which and what to do."""
+
+    kind = OUTAGE
 
 
 class AirflowError(StreamfillError):
@@ -110,13 +144,24 @@ class QualityFailed(StreamfillError, AssertionError):
 class UnknownJob(StreamfillError, LookupError):
     """A job name offsets_db has never seen; the message lists the known ones where it can."""
 
+    kind = REFUSAL
+
 
 class MissingGrant(StreamfillError, PermissionError):
     """The database role lacks a privilege a launch needs; the message names it and the GRANT that gives it."""
 
+    kind = REFUSAL
+
 
 class RevisionMismatch(StreamfillError):
     """offsets_db stands at another migration revision than this code's; the message names both and the fix."""
+
+    kind = REFUSAL
+
+
+def kind_of(exc: BaseException | None) -> str | None:
+    """REFUSAL, OUTAGE or None: what `exc` says of itself (an error not streamfill's says nothing)."""
+    return exc.kind if isinstance(exc, StreamfillError) else None
 
 
 def first_lines(exc: BaseException, n: int = 6) -> str:

@@ -10,7 +10,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from streamfill.errors import StreamfillError
+from streamfill.errors import REFUSAL, StreamfillError
 
 MIN_POSTGRES = 14  # date_bin: the streamfill page's time buckets
 MIN_SPARK, MAX_SPARK = (4, 3), (5, 0)  # as pyproject.toml's pyspark range: the Spark the reader is tested on
@@ -19,6 +19,8 @@ MIN_JAVA = 17  # Spark 4's minimum
 
 class UnsupportedVersion(StreamfillError):
     """A dependency's version outside what streamfill runs against."""
+
+    kind = REFUSAL
 
 
 def postgres(server_version_num: int, where: str) -> None:

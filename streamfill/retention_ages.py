@@ -21,6 +21,9 @@ class Retention:
     quality_results: timedelta | None = timedelta(days=90)  # each validation's full result
     announcements: timedelta | None = timedelta(days=7)  # delivered announcements of commits
     stages: timedelta | None = timedelta(days=7)  # staging tables no running launch uses
+    # a table's deleted keys whose records Kafka no longer holds; the age outlasts any batch between its read and
+    # its commit (one that read an older record before Kafka dropped it commits after the prune otherwise)
+    deleted_keys: timedelta | None = timedelta(days=7)
 
     @classmethod
     def kinds(cls) -> tuple[str, ...]:

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
     spark_master: str = Field("local[*]", description="any Spark master URL", json_schema_extra=docs_row("settings"))
+    spark_connect_port: int = Field(15002, ge=1, le=65535, description="the local stack's Spark Connect server",
+                                    json_schema_extra=docs_row("settings"))
+    spark_remote: str | None = Field(
+        None, pattern=r"^sc://[^/]+(/.*)?$",
+        description="a Spark Connect server (`sc://host:15002`) where a detached stream's driver runs",
+        json_schema_extra=docs_row("settings", shown_default="the local stack's"))
     start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer",
                                  json_schema_extra=docs_row("settings"))
     # what goes once older than each age (docs/operations.md's retention table)
@@ -115,9 +121,15 @@ class Settings(BaseSettings):
     retain_stages: str = Field(written(DEFAULT_RETENTION.stages), description="staging tables no running launch "
                                "uses: those of jobs no launch holds, and those left by an entry whose columns "
                                "changed (each column set has its own)", json_schema_extra=docs_row("retention"))
+    retain_deleted_keys: str = Field(written(DEFAULT_RETENTION.deleted_keys), description="a table's deleted keys "
+                                     "(offsets_db's `deleted_keys`) whose records Kafka no longer holds: below their "
+                                     "partition's log-start offset, or compacted away; counted from the key's newest "
+                                     "delete. The age must outlast any batch from its read to its commit "
+                                     "([Deletes](pipelines.md#deletes-tombstones-on-a-compacted-topic))",
+                                     json_schema_extra=docs_row("retention"))
 
     @field_validator("retain_history", "retain_windows", "retain_dead_letters", "retain_quality_results",
-                     "retain_announcements", "retain_stages")
+                     "retain_announcements", "retain_stages", "retain_deleted_keys")
     @classmethod
     def _an_age(cls, value: str, info) -> str:
         try:
@@ -247,6 +259,11 @@ class Settings(BaseSettings):
         return {"bootstrap.servers": f"{self.host}:{self.kafka_oauth_port}", "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": "true",
                 "sasl.oauthbearer.config": f"principal={KAFKA_JOBS_USER}"}
+
+    @property
+    def spark_remote_url(self) -> str:
+        """The Spark Connect server of detached streams: STREAMFILL_SPARK_REMOTE, else the local stack's."""
+        return self.spark_remote or f"sc://{self.host}:{self.spark_connect_port}"
 
     @property
     def local_schema_registry_url(self) -> str:

@@ -114,8 +114,10 @@ class TheirAirflow:
     """Airflow's own commands in the venv, with an environment that names everything itself: nothing of this
     process's AIRFLOW_* or STREAMFILL_* settings reaches it."""
 
-    def __init__(self, root: Path, python: Path, host: str, db_url: str, settings: dict[str, str]) -> None:
+    def __init__(self, root: Path, python: Path, host: str, db_url: str, settings: dict[str, str],
+                 components: dict[str, list[str]] | None = None) -> None:
         self.root, self.python, self.host = root, python, host
+        self.components = components or COMPONENTS
         self.port = free_port(host)
         self.home = root / "airflow"
         self.logs = root / "process-logs"
@@ -155,10 +157,13 @@ class TheirAirflow:
         return subprocess.run([str(self.python), "-c", script], env={**self.env, **(env or {})}, cwd=self.root,
                               capture_output=True, text=True, timeout=timeout)
 
-    def start(self) -> None:
-        """The API server, the scheduler and the DAG processor, each in a process group of its own."""
-        for name, args in COMPONENTS.items():
-            with open(self.logs / f"{name}.log", "w") as log:
+    def start(self, names: tuple[str, ...] = ()) -> None:
+        """The components (`names`, else all: by default the API server, the scheduler and the DAG processor),
+        each in a process group of its own."""
+        for name, args in self.components.items():
+            if names and name not in names:
+                continue
+            with open(self.logs / f"{name}.log", "a") as log:
                 self.procs[name] = subprocess.Popen([str(self.python.parent / "airflow"), *args], env=self.env,
                                                     cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
                                                     start_new_session=True)

@@ -51,8 +51,9 @@ def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (b
                                         "every job's"),
           ) -> None:
     """Remove offsets_db's history older than its ages (STREAMFILL_RETAIN_HISTORY, _WINDOWS, _DEAD_LETTERS,
-    _QUALITY_RESULTS, _ANNOUNCEMENTS, _STAGES) and the staging tables no running launch uses. Never what a job
-    needs to resume. A dry run unless --apply (docs/operations.md#retention)."""
+    _QUALITY_RESULTS, _ANNOUNCEMENTS, _STAGES, _DELETED_KEYS: those whose records Kafka no longer holds) and the
+    staging tables no running launch uses. Never what a job needs to resume. A dry run unless --apply
+    (docs/operations.md#retention)."""
     from streamfill.console import refusals, say
     from streamfill.offsets_db.engine import reaching
     from streamfill.spark_jobs.maintenance import prune as run_prune
@@ -60,7 +61,8 @@ def prune(apply: bool = typer.Option(False, "--apply/--dry-run", help="remove (b
     settings = get_settings()
     url = settings.offsets_db_url
     with refusals(), reaching(url):
-        pruned = run_prune(url, settings.retention(), apply=apply, jobs=job or None, progress=say)
+        pruned = run_prune(url, settings.retention(), apply=apply, jobs=job or None, progress=say,
+                           kafka=settings.kafka_client())
     for line in pruned.lines():
         say(line)
 

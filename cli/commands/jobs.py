@@ -19,10 +19,10 @@ app = typer.Typer(no_args_is_help=True, help="The pipeline entries of the jobs f
 def list_jobs() -> None:
     """Every entry with its source, format, table and the DAGs it gives."""
     from streamfill.orchestration import dag_ids
-    from streamfill.spark_jobs.pipelines import jobs_file, load
+    from streamfill.spark_jobs.pipelines import jobs_file, load_each
 
-    with refusals():
-        entries = load()
+    found = load_each()
+    entries = found.specs
     table = Table(title=f"pipelines in {jobs_file()} (and jobs.d/)")
     for col in ("job", "source", "format", "table", "key / mode", "DAGs"):
         table.add_column(col, overflow="fold")
@@ -33,21 +33,24 @@ def list_jobs() -> None:
         table.add_row(name, f"{'pattern ' if kind == SUBSCRIBE_PATTERN.key else ''}{source}", spec.format, tables,
                       f"{', '.join(spec.key)} / {spec.mode}", "\n".join(dags))
     console.print(table)
+    with refusals():
+        found.strict()  # a broken entry has no DAGs: each named, exit code 1
 
 
 @app.command("check")
 def check(file: Annotated[Path | None, typer.Argument(
         help="a jobs file to check (default: the jobs file and jobs.d/)")] = None) -> None:
-    """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing."""
+    """Validate a jobs file and print, per job, the table it will create (column, type, rules); touches nothing.
+    Entry by entry, as the DAG files read it: the entries that load are shown, then every broken one is named."""
     from streamfill.changes import NO_DELETES, TOMBSTONE
-    from streamfill.spark_jobs.pipelines import load, read, registry
+    from streamfill.spark_jobs.pipelines import load_each, read_each, registry
     from streamfill.spark_jobs.pipelines.expectations import extra
     from streamfill.spark_jobs.pipelines.routes import DEAD_LETTERS
 
+    found = read_each(file) if file else load_each()
     with refusals():
-        entries = read(file) if file else load()
         # an entry naming a registry subject instead of columns: the columns its latest version gives
-        entries = {name: registry.resolved(spec) for name, spec in entries.items()}
+        entries = {name: registry.resolved(spec) for name, spec in found.specs.items()}
         for spec in entries.values():
             extra(spec)  # the quality: list, against Great Expectations
     for name, spec in entries.items():
@@ -73,7 +76,10 @@ def check(file: Annotated[Path | None, typer.Argument(
         console.print(f"  starts at: {spec.start} (while offsets_db has no position for the job)", highlight=False)
         if spec.quality:
             console.print("  quality: " + "; ".join(next(iter(q)) for q in spec.quality), highlight=False)
-    console.print(f"{len(entries)} job(s) valid", highlight=False)
+    console.print(f"{len(entries)} job(s) valid" + (f", {len(found.broken)} broken" if found.broken else ""),
+                  highlight=False)
+    with refusals():
+        found.strict()  # each broken entry named, with its file, field, value and fix; exit code 1
 
 
 def _table_of(title: str, spec, columns, derived, key) -> Table:
@@ -88,7 +94,10 @@ def _table_of(title: str, spec, columns, derived, key) -> Table:
     for column in COORDINATES:
         table.add_row(column, parse_type(COORDINATE_TYPES[column]).postgres, "Kafka coordinates")
     if spec.format == "debezium":
-        where = f"the change event's {spec.position_path}" if spec.position_path else "none (position: none)"
+        from streamfill.spark_jobs.pipelines.debezium import default_positions
+
+        where = "none (position: none)" if spec.position_path is None else \
+            f"the change event's {spec.position}" if spec.position else f"by its connector: {default_positions()}"
         table.add_row(SOURCE_POSITION, parse_type(SOURCE_POSITION_TYPE).postgres, escape(f"position: {where}"))
     if spec.format == "raw":
         for column, pg in (("key", "bytea"), ("value", "bytea"), ("headers", "jsonb")):

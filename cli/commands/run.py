@@ -40,16 +40,39 @@ def stream(
     pipeline: PipelineOpt = None,
     wait_for_job: WaitOpt = "0",
     master: MasterOpt = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", help="run the stream's driver on a Spark Connect server and return once the query started "
+                         "(--remote, else STREAMFILL_SPARK_REMOTE, else the local stack's)")] = False,
+    stop: Annotated[bool, typer.Option(
+        "--stop", help="stop the job's detached stream between batches (its batch in flight commits first)")] = False,
+    remote: Annotated[str | None, typer.Option(
+        "--remote", help="the Spark Connect server of --detach and --stop, sc://host:15002")] = None,
 ) -> None:
     """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
+    from streamfill.console import console
+    from streamfill.offsets_db.engine import reaching
+    from streamfill.settings import get_settings
     from streamfill.spark_jobs import stream as job_module
+    from streamfill.spark_jobs import stream_detached
 
     with refusals():
         args = job_module.StreamArgs.from_flags(job=job, topic=topic, table=table, trigger=trigger,
                                                 max_offsets_per_trigger=max_offsets_per_trigger,
                                                 checkpoint=checkpoint, start=start, pipeline=pipeline,
                                                 wait_for_job=wait_for_job, stop_grace=stop_grace)
-    job_module.launch(args, master)
+    if not (detach or stop):
+        job_module.launch(args, master)
+        return
+    settings = get_settings()
+    with refusals(ValueError), reaching(settings.offsets_db_url):
+        if stop:
+            run = stream_detached.stop_detached(settings.offsets_db_url, job, args.grace_s, remote)
+            console.print(f"stream {job}: stopped ({run.describe()})" if run else
+                          f"stream {job}: no detached run of it is running", highlight=False)
+            return
+        run = stream_detached.start_detached(args, remote or settings.spark_remote_url, settings.kafka_client(),
+                                             settings.offsets_db_url)
+    console.print(run.describe(), highlight=False)
 
 
 def backfill(

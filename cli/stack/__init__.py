@@ -17,6 +17,7 @@ from streamfill.cli.stack.process import port_free, tail
 from streamfill.cli.stack.schema_registry import SchemaRegistry
 from streamfill.cli.stack.service import Service, Status
 from streamfill.cli.stack.spark import Spark
+from streamfill.cli.stack.spark_connect import SparkConnect
 from streamfill.errors import StackError
 from streamfill.offsets_db.migrate import upgrade
 from streamfill.settings import Settings
@@ -31,7 +32,8 @@ GRACE = 30.0
 
 def services(settings: Settings) -> list[Service]:
     """In start order: Airflow keeps its metadata in PostgreSQL."""
-    return [Postgres(settings), Kafka(settings), SchemaRegistry(settings), Airflow(settings), Spark(settings)]
+    return [Postgres(settings), Kafka(settings), SchemaRegistry(settings), Airflow(settings), Spark(settings),
+            SparkConnect(settings)]
 
 
 def _check_ports(todo: list[Service], settings: Settings) -> None:

@@ -26,6 +26,7 @@ from streamfill.kafka_client import KAFKA_CONNECTION
 from streamfill.orchestration.connections import (
     API_CONNECTION,
     SCHEMA_REGISTRY_CONNECTION,
+    SPARK_CONNECT_CONNECTION,
     kafka_connection,
     postgres_connection,
     schema_registry_connection,
@@ -106,12 +107,15 @@ def connections(settings: Settings) -> dict[str, str]:
             f"AIRFLOW_CONN_{SCHEMA_REGISTRY_CONNECTION.upper()}": json.dumps(
                 schema_registry_connection(settings.schema_registry())),
             "AIRFLOW_VAR_STREAMFILL_SPARK_MASTER": settings.spark_master,
+            f"AIRFLOW_CONN_{SPARK_CONNECT_CONNECTION.upper()}": json.dumps(
+                {"conn_type": "spark_connect", "host": settings.host, "port": settings.spark_connect_port}),
             **api_connection(settings)}
 
 
 def api_connection(settings: Settings) -> dict[str, str]:
-    """The connection the announcer of a stream's commits posts asset events with (orchestration/announce.py): the
-    stack's own API as its admin. None before the stack made the admin's password (Airflow.prepare)."""
+    """The connection the replay form's access check asks Airflow's API with (orchestration/replay_access.py): the
+    stack's own API as its admin. None before the stack made the admin's password (Airflow.prepare). The
+    announcements of the streams' commits need none (orchestration/announce.py)."""
     if not settings.airflow_password_file.exists():
         return {}
     user, password = settings.airflow_login()

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, OffsetSpe
 from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill.connectors.kafka.offsets import Watermarks
 from streamfill.connectors.kafka.subscription import TopicMetadata
-from streamfill.errors import BrokerError, OptionError
+from streamfill.errors import BrokerError, BrokerRefused, OptionError
 from streamfill.kafka_client import DEFAULT_GROUP_ID, describe
 from streamfill.partitions import TopicPartition
 
@@ -47,6 +47,10 @@ def _request_timeout_s(kafka: Mapping[str, str]) -> float:
         return DEFAULT_TIMEOUT_S  # librdkafka refuses the setting itself, naming it
 
 
+# a group's coordinator that moved or is still loading its groups: asked again, it answers
+_COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE)
+
 class Broker:
     """Topic metadata and offsets, each in one batched request, with bounded timeouts."""
 
@@ -74,7 +78,7 @@ class Broker:
         self._admin.poll(0)  # serves error_cb: an authentication or TLS refusal says more than the timeout
         self._refused = self._refused or refusal(self.kafka, str(exc))
         if self._refused:
-            return BrokerError(f"{what} failed: {self._refused}")
+            return BrokerRefused(f"{what} failed: {self._refused}")
         return BrokerError(f"{what} failed after {time.monotonic() - started:.1f} s against "
                            f"{describe(self.kafka)}: {exc}. "
                            "Check that the broker is running and kafka.bootstrap.servers is right")
@@ -116,13 +120,13 @@ class Broker:
             except KafkaException as exc:
                 code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    raise BrokerError(not_authorized(self.kafka, topic, "describe")) from None
+                    raise BrokerRefused(not_authorized(self.kafka, topic, "describe")) from None
                 if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # the caller says the topic is unknown, naming the ones there are
                 raise self._fail(f"describing topic {topic!r}", exc, started) from None
             granted = found.authorized_operations  # None: the broker runs no authorizer
             if granted is not None and needed not in granted and AclOperation.ALL not in granted:
-                raise BrokerError(not_authorized(self.kafka, topic, operation))
+                raise BrokerRefused(not_authorized(self.kafka, topic, operation))
             self._allowed.add((topic, operation))
 
     def _list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], what: str) -> dict[TopicPartition, int]:
@@ -185,6 +189,52 @@ class Broker:
             consumer.close()
         return found
 
+    def holds(self, offsets: Mapping[TopicPartition, Sequence[int]]) -> set[tuple[TopicPartition, int]]:
+        """Which of these offsets still hold a record a reader gets (compaction drops records, a transaction's
+        marker or aborted record is none), fetched by a consumer that joins no group: per partition, the first
+        record at or after each offset asked. An offset whose answer does not come in time counts as held."""
+        from confluent_kafka import Consumer
+
+        wanted = {tp: sorted(set(found)) for tp, found in offsets.items() if found}
+        if not wanted:
+            return set()
+        consumer = Consumer({"group.id": DEFAULT_GROUP_ID, **self.kafka, "enable.auto.commit": False,
+                             "enable.auto.offset.store": False, "enable.partition.eof": True,
+                             "log_level": self.kafka.get("log_level", "3")})
+        held: set[tuple[TopicPartition, int]] = set()
+        try:
+            for tp, todo in sorted(wanted.items()):
+                i = 0
+                while i < len(todo):
+                    first = self._first_record(consumer, tp, todo[i])
+                    # every offset asked below the first record there is one the partition no longer holds
+                    while i < len(todo) and (first is None or todo[i] <= first):
+                        if todo[i] == first:
+                            held.add((tp, first))
+                        i += 1
+        finally:
+            consumer.close()
+        return held
+
+    def _first_record(self, consumer, tp: TopicPartition, offset: int) -> int | None:
+        """The offset of the first record at or after `offset` (None: none before the partition's end); `offset`
+        itself when no answer comes within the timeout."""
+        consumer.assign([KTopicPartition(tp.topic, tp.partition, offset)])
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1, timeout=0.2):
+                if message.topic() != tp.topic or message.partition() != tp.partition:
+                    continue
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    return None
+                if error is not None:
+                    raise BrokerError(f"reading {tp} at offset {offset} failed: {error.str()}")
+                if message.offset() < offset:
+                    continue  # fetched for the assignment before
+                return message.offset()
+        return offset
+
     def commit_group(self, group: str, positions: Mapping[TopicPartition, int]) -> None:
         """Set the group's committed offsets (next offset to read), so Kafka's lag tools see the job.
 
@@ -206,21 +256,28 @@ class Broker:
         """Refuse, naming the group and the fix, when commit_group could not work: no ACL lets this client's user
         READ the group, or the group has live members (Kafka refuses offsets committed from outside them)."""
         started = time.monotonic()
-        future = self._admin.describe_consumer_groups([group], include_authorized_operations=True,
-                                                      request_timeout=self.timeout_s)[group]
-        try:
-            found = future.result(timeout=self.timeout_s)
-        except Exception as exc:  # KafkaException or a timeout
-            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                raise BrokerError(not_authorized(self.kafka, group, "read", "consumer group")) from None
-            raise self._fail(f"describing consumer group {group!r}", exc, started) from None
+        while True:
+            future = self._admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                          request_timeout=self.timeout_s)[group]
+            try:
+                found = future.result(timeout=self.timeout_s)
+                break
+            except Exception as exc:  # KafkaException or a timeout
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    raise BrokerRefused(not_authorized(self.kafka, group, "read", "consumer group")) from None
+                # a coordinator that is moving or still loading its groups answers again shortly
+                moving = error is not None and (error.retriable() or error.code() in _COORDINATOR_MOVING)
+                if moving and time.monotonic() - started < self.timeout_s:
+                    time.sleep(0.2)
+                    continue
+                raise self._fail(f"describing consumer group {group!r}", exc, started) from None
         granted = found.authorized_operations  # None: the broker runs no authorizer
         if granted is not None and AclOperation.READ not in granted and AclOperation.ALL not in granted:
-            raise BrokerError(not_authorized(self.kafka, group, "read", "consumer group"))
+            raise BrokerRefused(not_authorized(self.kafka, group, "read", "consumer group"))
         if found.members:
             hosts = ", ".join(sorted({f"{m.client_id} on {m.host}" for m in found.members}))
-            raise BrokerError(f"consumer group {group!r} on {describe(self.kafka)} has live members ({hosts}): Kafka "
+            raise BrokerRefused(f"consumer group {group!r} on {describe(self.kafka)} has live members ({hosts}): Kafka "
                               "refuses offsets committed from outside them. Give commitToGroup a group no consumer "
                               "joins, one kept for this job's lag")
 

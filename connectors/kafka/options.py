@@ -34,6 +34,7 @@ from streamfill.connectors.kafka.source_declarations import (
     INCLUDE_HEADERS,
     JOB,
     JOB_GENERATION,
+    JOB_RUN,
     JSON_COLUMNS,
     KAFKA_BOOTSTRAP_SERVERS,
     KAFKA_PROPERTIES,
@@ -85,6 +86,7 @@ class SourceOptions:
     offsets_db_url: str  # where the job's offsets live (offsetsDbUrl, default STREAMFILL_DB_URL); "" without a job
     job_generation: int | None  # the launch's hold on the job (docs/guarantees.md); None: the source takes it
     wait_for_job_ms: int  # how long to wait for another launch holding the job (waitForJob)
+    job_run: int | None  # jobRun: the launch's runs row the source's own hold names (a detached stream's)
     json_columns: JsonColumns | None  # jsonColumns: the value typed in the read where that is certain
 
     @property
@@ -146,7 +148,18 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         wait_for_job_ms=_needs_job(opts, WAIT_FOR_JOB, _wait_ms(opts.get(WAIT_FOR_JOB.name)))
         or _wait_ms(WAIT_FOR_JOB.default),
         json_columns=JsonColumns.from_option(opts[JSON_COLUMNS.name]) if JSON_COLUMNS.name in opts else None,
+        job_run=_needs_job(opts, JOB_RUN, _job_run(opts)),
     )
+
+
+def _job_run(opts: dict[str, str]) -> int | None:
+    raw = opts.get(JOB_RUN.name)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or JOB_GENERATION.name in opts:
+        raise OptionError(JOB_RUN.key, raw, "must be the id of the launch's runs row, on a source that takes the "
+                          "job itself (no jobGeneration)", "Leave it out, or give the runs row's id alone")
+    return int(raw)
 
 
 def _bounded_generation(opts: dict[str, str], streaming: bool) -> int | None:

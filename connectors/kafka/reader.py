@@ -25,7 +25,7 @@ from streamfill.connectors.kafka.client import not_authorized, refusal
 from streamfill.connectors.kafka.data_loss import DataLoss, enforce
 from streamfill.connectors.kafka.json_values import JsonColumns
 from streamfill.connectors.kafka.planner import OffsetRange
-from streamfill.errors import BrokerError
+from streamfill.errors import BrokerError, BrokerRefused
 from streamfill.kafka_client import DEFAULT_GROUP_ID, describe
 
 log = logging.getLogger("streamfill.reader")
@@ -114,7 +114,7 @@ def read_range(r: OffsetRange, kafka: Mapping[str, str], *, include_headers: boo
                 continue
             refused = _refusals.get(frozenset(kafka.items()))
             if refused:
-                raise BrokerError(f"reading {r.topic}-{r.partition}: {refused}")
+                raise BrokerRefused(f"reading {r.topic}-{r.partition}: {refused}")
             waited = time.monotonic() - last_progress
             if waited * 1000 > poll_timeout_ms:
                 try:
@@ -171,7 +171,7 @@ def _in_range(consumer: Consumer, msgs: list, r: OffsetRange, next_offset: int, 
                 resume = _after_loss(consumer, r, next_offset, kafka, fail_on_data_loss)
                 return rows, np.array(offsets, np.int64), resume
             if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise BrokerError(not_authorized(kafka, r.topic, "read"))
+                raise BrokerRefused(not_authorized(kafka, r.topic, "read"))
             raise BrokerError(f"reading {r.topic}-{r.partition} from {describe(kafka)}: {err.str()}")
         off = m.offset()
         if off >= r.end:

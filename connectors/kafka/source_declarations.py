@@ -91,6 +91,11 @@ JOB_GENERATION = Option(
         '(`streamfill.connectors.spark.hold_job`; `streamfill stream` and `backfill` set it on the source and '
         "the sink). Needed by a bounded read; a stream's source without it takes the job itself for the query's "
         'life.')
+JOB_RUN = Option(
+    "jobRun",
+    doc="with `job`, a stream's source without `jobGeneration`: the offsets_db `runs` row of the launch that "
+        "started the query, named in the job's lease the source takes, so a query running detached from its "
+        "launch (on a Spark Connect server) shows as that run.")
 JSON_COLUMNS = Option(
     "jsonColumns",
     doc='JSON `{"columns": [{"name": "amount", "field": "amount", "type": "decimal(12,2)", "required": true, '
@@ -120,5 +125,6 @@ SOURCE_OPTIONS = (KAFKA_BOOTSTRAP_SERVERS, KAFKA_PROPERTIES, SUBSCRIBE, SUBSCRIB
                   ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP,
                   ENDING_OFFSETS_BY_TIMESTAMP, STRICT_OFFSETS, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
                   MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, MAX_PARTITIONS, FAIL_ON_DATA_LOSS,
-                  INCLUDE_HEADERS, POLL_TIMEOUT_MS, JOB, OFFSETS_DB_URL, WAIT_FOR_JOB, JOB_GENERATION, JSON_COLUMNS,
+                  INCLUDE_HEADERS, POLL_TIMEOUT_MS, JOB, OFFSETS_DB_URL, WAIT_FOR_JOB, JOB_GENERATION, JOB_RUN,
+                  JSON_COLUMNS,
                   COMMIT_TO_GROUP)

@@ -10,7 +10,7 @@ that moves it, so a user's DELETE or UPDATE, or another job's rows, can never be
 - A plain INSERT runs first, under a savepoint: when no key exists yet (the common case) it skips the per-row
   conflict check of ON CONFLICT. A unique violation rolls back to the savepoint and the mode's statement runs:
   `append-new` keeps the row whose key exists, `replace` keeps the newest version of each key
-  (`sink_options.VERSION_ORDERS`).
+  (`sink_options.VERSION_ORDERS`, in SQL `versions`).
 - A row the table refuses (a CHECK, a foreign key or a unique index of the user's, a trigger that raises) would
   fail the whole statement. The statement is then run again over halves of the stage's pages until the rows it
   refuses are found one by one; those become dead letters with PostgreSQL's reason, and every other row lands.
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
+from streamfill.connectors.postgres import recorded_deletes
 from streamfill.connectors.postgres.copy import WRITE_ID
 from streamfill.connectors.postgres.move_statements import MoveStatements
 from streamfill.connectors.postgres.stage import Stage
@@ -68,14 +69,18 @@ def lock(cur, target: Target) -> float:
 
 
 def move(cur, target: Target, stage: Stage, write_ids: Sequence[str], mode: str, version: Sequence[str],
-         valid_rows: int, deletes: bool = False, job: str | None = None, staged_deletes: int = 0) -> Moved:
+         valid_rows: int, deletes: bool = False, job: str | None = None, staged_deletes: int = 0,
+         guarded: bool = False) -> Moved:
     """Move the valid staged rows of these writes into the target (lock it first); `valid_rows` is how many
     the tasks staged. With `deletes`, staged deletes (`staged_deletes` of the rows) remove their keys' rows
-    first (their keys recorded), and no upsert lands over a newer recorded delete."""
+    first (their keys recorded), and no upsert lands over a newer recorded delete; without, a `guarded` write
+    (into a database that keeps deleted keys) is refused when a delete of the table is recorded."""
+    name = f"{target.schema}.{target.table}"
     if deletes:
-        name = f"{target.schema}.{target.table}"
         deleted_keys.serialize(cur, name)
         deletes = bool(staged_deletes) or deleted_keys.any_recorded(cur, name)
+    elif guarded:
+        recorded_deletes.check_commit(cur, name)
     statement = MoveStatements(target, stage, mode, tuple(version), deletes, job)
     params = (list(write_ids),)
     deleted = 0
@@ -129,8 +134,7 @@ def _isolate(cur, statement: MoveStatements, params: tuple, target: Target, stag
     cur.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int + 1",
                 (stage.ident.as_string(cur),))
     pages = cur.fetchone()[0]
-    winners, params = (sql.SQL(""), params) if statement.winners is None else (statement.winners, (*params, *params))
-    between = winners + sql.SQL(" AND ctid >= %s::tid AND ctid < %s::tid")
+    between = sql.SQL(" AND {0} >= %s::tid AND {0} < %s::tid").format(statement.place)
     moved, refused = 0, []
     pending = [(0, pages)]
     while pending:
@@ -143,10 +147,10 @@ def _isolate(cur, statement: MoveStatements, params: tuple, target: Target, stag
             middle = (low + high) // 2
             pending.extend([(middle, high), (low, middle)])
             continue
-        cur.execute(sql.SQL("SELECT ctid::text FROM {} WHERE {} = ANY(%s){}").format(
-            stage.ident, sql.Identifier(WRITE_ID), between), (*params, f"({low},0)", f"({high},0)"))
+        cur.execute(statement.places(between), (*params, f"({low},0)", f"({high},0)"))
         for (tid,) in cur.fetchall():
-            one = _attempt(cur, statement.merging(winners + sql.SQL(" AND ctid = %s::tid")), (*params, tid))
+            one = _attempt(cur, statement.merging(sql.SQL(" AND {} = %s::tid").format(statement.place)),
+                           (*params, tid))
             if isinstance(one, int):
                 moved += one
             elif not stage.dead_letters:  # the first such row fails the commit: nothing else is looked for

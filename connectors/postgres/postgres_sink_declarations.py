@@ -21,11 +21,18 @@ KEY_COLUMNS = Option(
 MODE = Option(
     "mode",
     doc='`append-new` (default): rows whose key exists are kept. `replace`: they are updated (upsert) by the '
-        'newest version of the key: the record with the later Kafka timestamp (a record without one is older '
-        'than any with one), then the higher topic, partition and offset (the columns `kafka_timestamp`, or '
-        "Spark's `timestamp`, and `topic`, `partition`, `offset`; a write with `job` needs them). Rows with a "
-        "`source_position` column (a change event's position in its database's log) are ordered by it first, a "
-        'row without one older than any with one.')
+        "newest version of the key. Within one topic-partition the higher offset is the newer, whatever the "
+        "timestamps say (Kafka's order, which compaction keeps). Between partitions (a key moved to a partition "
+        "added later, two topics into one table) the `versionColumn` decides first when there is one (a row "
+        "with a `source_position` column, a change event's position in its database's log, has it as its "
+        "version column), then the later Kafka timestamp, a missing value older than any present one, then the "
+        "higher topic, partition and offset (the columns `kafka_timestamp`, or Spark's `timestamp`, and "
+        "`topic`, `partition`, `offset`; a write with `job` needs them).")
+VERSION_COLUMN = Option(
+    "versionColumn",
+    doc="mode `replace`: a column of the DataFrame, a number, date or time, that orders a key's versions between "
+        "partitions before the Kafka timestamp (within one partition the offset decides). Default "
+        "`source_position` where the DataFrame has that column, else none.")
 JOB = Option(
     "job",
     doc="the same name as the source's `job`: the batch's rows, offsets and the job's resume snapshot commit in "
@@ -69,10 +76,12 @@ DELETES = Option(
         "removes the row when the row is not newer, and the key is recorded in offsets_db's `deleted_keys` with "
         'that version, so an older version replayed later (a backfill, a replay, another job) never brings the '
         'row back; a newer one does. Rows with a null key delete nothing (a change event the entry ignores); a '
-        'null `_delete` is an upsert. Every writer of such a table needs `deletes` (one without it does not read '
-        "`deleted_keys`); deleting commits into one table take turns (an advisory lock to the commit's end). A "
-        "batch without deletes, into a table with none recorded, moves as a plain upsert. The job's role needs "
-        '`DELETE` on the table.')
+        'null `_delete` is an upsert. Every writer of such a table needs `deletes`: one without it does not read '
+        "`deleted_keys`, so a write without it into a table with deletes recorded is refused, naming the table, at "
+        "its plan (before anything is recorded) and at its commit. Deleting commits into one table take turns (an "
+        "advisory lock to the commit's end, waited for as long as the other commit takes). A batch without deletes, "
+        "into a table with none recorded (none yet, or all pruned: `STREAMFILL_RETAIN_DELETED_KEYS`), moves as a "
+        "plain upsert. The job's role needs `DELETE` on the table.")
 ROUTES = Option(
     "routes",
     doc='JSON `{"orders": {"columns": [...], "key": [...], "mode": "replace", "columnTypes": {...}}, "refunds": '
@@ -84,5 +93,5 @@ ROUTES = Option(
         'table or to the dead letters).')
 
 # the docs table's order
-SINK_OPTIONS = (TABLE, KEY_COLUMNS, MODE, JOB, JOB_GENERATION, ENDING_OFFSETS, URL, DEAD_LETTERS, COLUMN_TYPES,
-                EVOLVE_SCHEMA, DELETES, ROUTES)
+SINK_OPTIONS = (TABLE, KEY_COLUMNS, MODE, VERSION_COLUMN, JOB, JOB_GENERATION, ENDING_OFFSETS, URL, DEAD_LETTERS,
+                COLUMN_TYPES, EVOLVE_SCHEMA, DELETES, ROUTES)

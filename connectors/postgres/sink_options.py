@@ -26,6 +26,7 @@ from streamfill.connectors.postgres.postgres_sink_declarations import (
     ROUTES,
     TABLE,
     URL,
+    VERSION_COLUMN,
 )
 from streamfill.declarations import boolean, job_generation
 from streamfill.errors import OptionError
@@ -42,14 +43,15 @@ DEFAULT_KEY = KAFKA_COORDINATES
 # with dead letters on, these columns are staged but never reach the target: a non-null _error makes the row
 # a dead letter (offsets_db.dead_letters) carrying _raw, the record's original value
 DEAD_LETTER_COLUMNS = (("_error", "text"), ("_raw", "bytea"))
-# Which version of a key wins in mode replace: the record with the later Kafka timestamp, and on equal
-# timestamps the higher (topic, partition, offset). A total order, so the row a key ends with does not depend
-# on the order batches, jobs or replays commit in; and it holds when a key's records move to another Kafka
-# partition (partitions added to a topic), where offsets of different partitions say nothing about time.
-# A record without a timestamp (NULL) is older than every record with one.
-# A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp. A change
-# event's rows carry its position in the source database's log first: there the source's order decides, so a
-# snapshot's record read before a change never overwrites it, whatever Kafka's timestamps say.
+# Which version of a key wins in mode replace. Within one topic-partition, the higher offset: Kafka orders a
+# partition by offset and so does its compaction, while producers' clocks (CreateTime) go back. Between partitions
+# (a key moved to a partition added later, two topics into one table), where offsets say nothing about time: the
+# declared version first (a version column: a change event's position in its source database's log, so a
+# snapshot's record read after a change never overwrites it, or a field of the value), then the later Kafka
+# timestamp, a missing value older than any present one, then the higher topic, partition and offset.
+# A pipeline's rows carry Kafka's timestamp as kafka_timestamp, Spark's Kafka schema as timestamp; each order ends
+# with the coordinates, and the SQL of the rule is connectors.postgres.versions.
+TIMESTAMPS = ("kafka_timestamp", "timestamp")
 VERSION_ORDERS = ((SOURCE_POSITION, "kafka_timestamp", "topic", "partition", "offset"),
                   ("kafka_timestamp", "topic", "partition", "offset"), ("timestamp", "topic", "partition", "offset"))
 
@@ -124,12 +126,16 @@ def parse(options: Mapping[str, str], columns: Sequence[str], *, streaming: bool
     handled = {*(dict(DEAD_LETTER_COLUMNS) if dead_letters else ()), *((DELETE_COLUMN,) if deletes else ()),
                *((ROUTE_COLUMN,) if routed else ())}
     written = [c for c in columns if c not in handled]
-    routes = _routes(routed, written, columns) if routed else ()
+    version_column = opts.get(VERSION_COLUMN.name)
+    routes = _routes(routed, written, columns, version_column) if routed else ()
     if routes:  # the write's own table, key and mode are its first route's
         schema, table, mode = routes[0].schema, routes[0].table, routes[0].mode
         written = list(routes[0].columns)
     key = parse_key(opts.get(KEY_COLUMNS.name), written) if not routes else routes[0].key
-    version = version_order(written) if mode == REPLACE else ()
+    version = version_order(written, version_column) if mode == REPLACE else ()
+    if version_column is not None and REPLACE not in ([r.mode for r in routes] or [mode]):
+        raise OptionError(VERSION_COLUMN.key, version_column, f"orders the versions of a key, which only mode "
+                          f"replace keeps (mode: {mode})", "Write with mode=replace, or leave versionColumn out")
     if deletes:
         _check_deletes(opts[DELETES.name], mode, key, version, columns, routes)
     if mode == REPLACE and job is not None and not version:
@@ -167,7 +173,8 @@ def _check_deletes(raw: str, mode: str, key: Sequence[str], version: Sequence[st
                           fix)
 
 
-def _routes(raw: str, written: Sequence[str], columns: Sequence[str]) -> tuple[Route, ...]:
+def _routes(raw: str, written: Sequence[str], columns: Sequence[str], version_column: str | None
+            ) -> tuple[Route, ...]:
     """`routes`: JSON {table: {"columns": [...], "key": [...], "mode": ..., "columnTypes": {...}}}, each row going
     to the table its _route column names."""
     fix = ('Write it as {"orders": {"columns": ["topic", "partition", "offset", "order_id"], "key": ["order_id"], '
@@ -190,7 +197,7 @@ def _routes(raw: str, written: Sequence[str], columns: Sequence[str]) -> tuple[R
                               f"does not have (columns: {', '.join(written)})", fix)
         mode = parse_mode(about.get("mode"))
         key = parse_key(",".join(about["key"]) if about.get("key") else None, taken)
-        version = version_order(taken) if mode == REPLACE else ()
+        version = version_order(taken, version_column) if mode == REPLACE else ()
         if mode == REPLACE and not version:
             raise OptionError(ROUTES.key, raw, f"table {name!r} is in mode replace without Kafka's timestamp, topic, "
                               "partition and offset columns to order a key's versions", fix)
@@ -220,9 +227,22 @@ def parse_key(raw: str | None, columns: Sequence[str]) -> tuple[str, ...]:
     return key
 
 
-def version_order(columns: Sequence[str]) -> tuple[str, ...]:
-    """The first of VERSION_ORDERS whose columns the rows all have; () when they have none of them."""
-    return next((order for order in VERSION_ORDERS if set(order) <= set(columns)), ())
+def version_order(columns: Sequence[str], version_column: str | None = None) -> tuple[str, ...]:
+    """The columns that order a key's versions: `version_column` (versionColumn) before the first Kafka timestamp
+    and the coordinates the rows have, else the first of VERSION_ORDERS whose columns the rows all have; () when
+    they have none of them."""
+    if version_column is None:
+        return next((order for order in VERSION_ORDERS if set(order) <= set(columns)), ())
+    name = version_column.strip()
+    stamp = next((t for t in TIMESTAMPS if t in columns), None)
+    fix = "Name a column of the DataFrame that holds a number, a date or a time, besides the Kafka coordinates"
+    if name not in columns or name in (*TIMESTAMPS, *KAFKA_COORDINATES):
+        raise OptionError(VERSION_COLUMN.key, version_column, f"is not a column of the DataFrame that can order "
+                          f"versions (columns: {', '.join(columns)})", fix)
+    if stamp is None or not set(KAFKA_COORDINATES) <= set(columns):
+        raise OptionError(VERSION_COLUMN.key, version_column, "needs the Kafka timestamp, topic, partition and "
+                          "offset columns beside it (within a partition the offset decides)", fix)
+    return name, stamp, *KAFKA_COORDINATES
 
 
 def _ending_offsets(opts: dict, job: str | None, streaming: bool) -> Positions | None:

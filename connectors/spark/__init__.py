@@ -25,8 +25,16 @@ def register(spark: SparkSession) -> None:
 
 def activate_session(spark: SparkSession) -> None:
     """Make `spark` the calling thread's active session, where Spark looks Python data sources up: PySpark has no
-    public call for it, and a thread the session did not start has none of its own."""
+    public call for it, and a thread the session did not start has none of its own. A Spark Connect session has
+    no such thread: the server looks them up in the session the client registered them in."""
+    if is_connect(spark):
+        return
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect client's session (its driver is a server's, not this process's)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 @contextmanager

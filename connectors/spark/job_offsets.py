@@ -53,9 +53,9 @@ class JobTracker:
     while its process lives (for a stream, the query's life)."""
 
     def __init__(self, job: str, url: str, kind: str, config: dict | None = None, *,
-                 generation: int | None = None, wait_ms: int = 0) -> None:
+                 generation: int | None = None, wait_ms: int = 0, run_id: int | None = None) -> None:
         self.job, self.url, self.kind, self.config = job, url, kind, config or {}
-        self.generation, self.wait_ms = generation, wait_ms
+        self.generation, self.wait_ms, self.run_id = generation, wait_ms, run_id
         self._store: OffsetStore | None = None
         self._lease: Lease | None = None
 
@@ -65,7 +65,7 @@ class JobTracker:
             store = OffsetStore(shared_engine(self.url))  # the planning process keeps it for the next plan
             store.ensure_job(self.job, self.kind, self.config)
             if self.generation is None:
-                self._lease = store.hold(self.job, wait_s=self.wait_ms / 1000,
+                self._lease = store.hold(self.job, wait_s=self.wait_ms / 1000, run_id=self.run_id,
                                          wait_hint="set the source option waitForJob, e.g. 10m",
                                          on_wait=lambda h: log.warning("job %s: waiting for %s", self.job,
                                                                        h.describe()))

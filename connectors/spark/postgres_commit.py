@@ -58,7 +58,8 @@ def _move_rows(plan: SinkPlan, writes: list[StagedWrite], write_ids: list[str], 
             continue
         move.lock(cur, lane.target)
         moved = move.move(cur, lane.target, lane.stage, write_ids, lane.mode, lane.version, valid,
-                          deletes=opts.deletes, job=opts.job, staged_deletes=sum(w.deletes for w in writes))
+                          deletes=opts.deletes, job=opts.job, staged_deletes=sum(w.deletes for w in writes),
+                          guarded=plan.guarded)
         rows, refused, whole = rows + moved.rows, refused + moved.refused, whole and moved.whole
     if whole:  # the plain INSERTs took every valid row: the dead letters are what is left to count
         expected, found = dead, (stage.count(cur, plan.stage, write_ids, dead_only=True) if dead else 0)

@@ -10,9 +10,18 @@ from dataclasses import dataclass, field
 from pyspark.sql.types import StructType
 
 from streamfill.changes import DELETE_COLUMN, SOURCE_POSITION
-from streamfill.connectors.postgres import connection, pool, sink_options, stage, target, target_setup
+from streamfill.connectors.postgres import (
+    connection,
+    pool,
+    recorded_deletes,
+    sink_options,
+    stage,
+    target,
+    target_setup,
+    versions,
+)
 from streamfill.connectors.postgres.column_types import normal_type
-from streamfill.connectors.postgres.sink_options import REPLACE, SinkOptions
+from streamfill.connectors.postgres.sink_options import KAFKA_COORDINATES, REPLACE, SinkOptions
 from streamfill.connectors.postgres.stage import Stage
 from streamfill.connectors.postgres.target import Column, Target
 from streamfill.connectors.spark import worker_gc
@@ -41,6 +50,8 @@ class SinkPlan:
     lanes: tuple[Lane, ...]  # one per table, the first holding the dead letters' stage
     own_stage: bool  # a stage of this write alone (a df.write, or no job): dropped after its commit
     ranged: bool = False  # rows carry topic, partition and offset: commit messages name their offsets
+    # the database keeps deleted keys and the write has no deletes: its commit checks again that none is recorded
+    guarded: bool = False
     # libpq's form of url and the connection's keywords, derived where the plan is made (the driver) and
     # pickled to the tasks, which then need neither SQLAlchemy nor the settings to connect
     conninfo: str = field(init=False)
@@ -90,6 +101,7 @@ def plan_write(options: dict, schema: StructType, overwrite: bool, *, streaming:
     own_stage = opts.job is None or not streaming
     owner = f"{opts.job or 'write'}-{uuid.uuid4().hex}" if own_stage else opts.job
     conn = connection.connect(url)
+    guarded = False
     try:
         if opts.job is not None or opts.deletes:  # a delete is recorded in offsets_db's deleted_keys
             _require_offsets_db(conn, url)
@@ -98,6 +110,10 @@ def plan_write(options: dict, schema: StructType, overwrite: bool, *, streaming:
         lanes: list[Lane] = []
         extra = ((DELETE_COLUMN, "boolean"),) if opts.deletes else ()
         for route in opts.tables:
+            if not opts.deletes:  # before the table or a stage is made: a refused write changes nothing
+                with conn.cursor() as cur:
+                    guarded = recorded_deletes.check_plan(
+                        cur, f"{target.schema_or_current(cur, route.schema)}.{route.table}")
             columns = [Column(f.name, route.column_types.get(f.name) or pg_type(f.name, f.dataType),
                               pg_type(f.name, f.dataType)) for f in schema.fields
                        if f.name not in opts.staged_only and (not route.columns or f.name in route.columns)]
@@ -118,18 +134,22 @@ def plan_write(options: dict, schema: StructType, overwrite: bool, *, streaming:
     finally:
         pool.release(conn)
     ranged = opts.job is not None and {"topic", "partition", "offset"} <= set(schema.fieldNames())
-    return SinkPlan(url, opts, tuple(lanes), own_stage=own_stage, ranged=ranged)
+    return SinkPlan(url, opts, tuple(lanes), own_stage=own_stage, ranged=ranged, guarded=guarded)
 
 
 def _check_version(target_table: Target, version: Sequence[str]) -> None:
-    """A source position that orders versions is a whole number (a change event's position in its log)."""
-    if SOURCE_POSITION not in version:
+    """A version column (a source position, versionColumn) holds numbers, dates or times: what orders versions."""
+    if len(version) <= len(KAFKA_COORDINATES) + 1:
         return
-    kind = next((normal_type(c.pg_type) for c in target_table.columns if c.name == SOURCE_POSITION), "")
-    if not (kind.startswith("numeric") or kind in ("smallint", "integer", "bigint")):
-        raise SinkError(f"{target_table.schema}.{target_table.table}: column {SOURCE_POSITION} orders the versions "
-                        f"of a key (a change event's position in its source's log) and must hold whole numbers, not "
-                        f"{kind}. Write it as a decimal(38,0) or a long, or name the column otherwise")
+    column = version[0]
+    kind = next((c.pg_type for c in target_table.columns if c.name == column), "")
+    whole = column != SOURCE_POSITION or normal_type(kind) in ("smallint", "integer", "bigint") or \
+        normal_type(kind).startswith("numeric")
+    if not (versions.orderable(kind) and whole):
+        what = ("a change event's position in its source's log, so it must hold whole numbers"
+                if column == SOURCE_POSITION else "so it must hold numbers, dates or times")
+        raise SinkError(f"{target_table.schema}.{target_table.table}: column {column} orders the versions of a key "
+                        f"({what}), not {normal_type(kind)}. Write it as such a type, or name another column")
 
 
 def _require_grants(conn, opts) -> None:

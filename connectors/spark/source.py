@@ -69,7 +69,7 @@ def _tracker(opts: SourceOptions, kind: str) -> JobTracker | None:
     from streamfill.connectors.spark.job_offsets import JobTracker, job_config
 
     return JobTracker(opts.job, opts.offsets_db_url, kind, job_config(opts), generation=opts.job_generation,
-                      wait_ms=opts.wait_for_job_ms)
+                      wait_ms=opts.wait_for_job_ms, run_id=opts.job_run)
 
 
 def _recording_loss(tracker: JobTracker | None, plan: Callable[[], Plan]) -> Plan:

@@ -17,7 +17,7 @@ from streamfill.orchestration.stream_health import commit_too_old, health_proble
 from streamfill.orchestration.ui import db
 from streamfill.orchestration.ui import format as fmt
 from streamfill.orchestration.ui.access import Access, entry_of
-from streamfill.spark_jobs.pipelines import PipelineSpec, load
+from streamfill.spark_jobs.pipelines import PipelineSpec, load_each
 
 DEFAULT_KEY = ["topic", "partition", "offset"]
 OVERVIEW_LIMIT = 200  # jobs on the overview unless the page asks for more (?limit=)
@@ -28,11 +28,13 @@ class NotFound(StreamfillError):
 
 
 def entries() -> tuple[dict[str, PipelineSpec], str | None]:
-    """The jobs file's entries, and why they could not be read (the page still shows offsets_db without them)."""
+    """The jobs file's entries that can be read, and why the others could not (the page still shows offsets_db
+    without them; one broken entry hides no other's)."""
     try:
-        return load(jobs_file()), None
+        found = load_each(jobs_file())
     except StreamfillError as exc:
         return {}, str(exc)
+    return dict(found.specs), "; ".join(str(b.error) for b in found.broken) or None
 
 
 def run_link(ui_root: str, dag_id: str | None, run_id: str | None) -> str | None:

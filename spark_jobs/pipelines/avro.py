@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -44,31 +44,48 @@ def _jsonable(v: object) -> object:
     raise TypeError(f"{type(v).__name__} is not JSON serialisable")
 
 
-def to_json(value: bytes, schema, wire_format: str = "plain",
-            registry: Mapping[str, str] | None = None) -> tuple[bytes | None, str | None]:
-    """(JSON text of the datum, None) or (None, why it did not decode). With `registry`, `schema` is the reader
-    schema (or None: the writer's as it is)."""
+def decode(value: bytes, schema, wire_format: str = "plain", registry: Mapping[str, str] | None = None
+           ) -> tuple[object, object, Hashable, str | None]:
+    """(the datum, the parsed schema it follows, a key naming that schema, None) or (None, None, None, why it did
+    not decode). With `registry`, `schema` is the reader schema (or None: the writer's as it is)."""
     import fastavro
 
-    writer, reader, what = schema, None, "the entry's schema"
+    writer, reader, what, key = schema, None, "the entry's schema", ("entry",)
     if wire_format == "confluent":
         if len(value) < 5 or value[0] != 0:
-            return None, "value is not in Confluent's wire format (no zero magic byte and schema id)"
+            return None, None, None, "value is not in Confluent's wire format (no zero magic byte and schema id)"
         if registry is not None:
             schema_id = int.from_bytes(value[1:5], "big")
             try:
                 writer, reader = writer_schema(registry, schema_id), schema
             except UnknownSchemaId as exc:
-                return None, f"schema id {schema_id} is unknown to the schema registry {registry['url']}: {exc}"[:500]
+                return None, None, None, (f"schema id {schema_id} is unknown to the schema registry "
+                                          f"{registry['url']}: {exc}")[:500]
             what = f"its writer schema (id {schema_id})" + (" read as the entry's schema" if reader else "")
+            key = (registry["url"], schema_id, reader is not None)
         value = value[5:]
     buffer = io.BytesIO(value)
     try:
         datum = fastavro.schemaless_reader(buffer, writer, reader)
     except Exception as exc:  # any decoding or resolution failure makes a dead letter
-        return None, f"value is not Avro of {what}: {type(exc).__name__}: {exc}"[:500]
+        return None, None, None, f"value is not Avro of {what}: {type(exc).__name__}: {exc}"[:500]
     if buffer.tell() != len(value):
-        return None, f"value is not Avro of {what}: {len(value) - buffer.tell()} bytes left over"
+        return None, None, None, f"value is not Avro of {what}: {len(value) - buffer.tell()} bytes left over"
+    return datum, reader if reader is not None else writer, key, None
+
+
+def named_types(parsed: object) -> Mapping[str, object]:
+    """The named types of a schema fastavro parsed, by full name."""
+    return parsed.get("__named_schemas", {}) if isinstance(parsed, Mapping) else {}
+
+
+def to_json(value: bytes, schema, wire_format: str = "plain",
+            registry: Mapping[str, str] | None = None) -> tuple[bytes | None, str | None]:
+    """(JSON text of the datum, None) or (None, why it did not decode). With `registry`, `schema` is the reader
+    schema (or None: the writer's as it is)."""
+    datum, _, _, why = decode(value, schema, wire_format, registry)
+    if why is not None:
+        return None, why
     return json.dumps(datum, default=_jsonable, ensure_ascii=False).encode(), None
 
 

@@ -16,7 +16,8 @@ from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.rules import Rule, rules_of
 from streamfill.spark_jobs.pipelines.types import NUMERIC, ORDERED, ColumnType, TypeSyntaxError, parse_type
 
-COORDINATES = ("topic", "partition", "offset", "kafka_timestamp")  # every table has them
+KAFKA_TIMESTAMP = "kafka_timestamp"
+COORDINATES = ("topic", "partition", "offset", KAFKA_TIMESTAMP)  # every table has them
 COORDINATE_TYPES = dict(zip(COORDINATES, ("string", "int", "bigint", "timestamp"), strict=True))  # as an entry's types
 # source_position too, in every format: the sink orders a key's versions by a column of that name first
 RESERVED = (*COORDINATES, "_error", "_raw", DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION)

@@ -28,6 +28,7 @@ from streamfill.connectors.kafka.json_values import PARSED, PREFIX
 from streamfill.errors import OptionError
 from streamfill.spark_jobs.pipelines import envelope
 from streamfill.spark_jobs.pipelines.avro import decode_avro
+from streamfill.spark_jobs.pipelines.change_batches import decode_changes
 from streamfill.spark_jobs.pipelines.columns import COORDINATES
 from streamfill.spark_jobs.pipelines.envelope import CORRUPT
 from streamfill.spark_jobs.pipelines.jvm_select import select_sent_once
@@ -85,7 +86,9 @@ def _bad_derived(checked: DataFrame, spec: PipelineSpec) -> Exception:
 def check(kafka: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Every record with its typed values and the first rule it breaks (`_error`), rejected ones included:
     what `parse` keeps of valid records, and what tests compare with the rules' expectations."""
-    if spec.avro_values:
+    if spec.format == "debezium":  # JSON or Avro change events, read in Python (change_events)
+        kafka = decode_changes(kafka, spec)
+    elif spec.avro_values:
         kafka = decode_avro(kafka, spec)
     cols = _columns(spec, PARSED in kafka.columns)
     return cols.select(kafka, "change_parsed", "change_unwrapped", "change", "base", "typed", "checked")
@@ -122,7 +125,7 @@ class _Projections:
 # (JVM's gateway, parse fields, typed, derived) -> the entry's projections; a process parsing many entries (tests)
 # keeps the newest
 _built: BoundedCache[Hashable, _Projections] = BoundedCache(32)
-_PARSE_FIELDS = {"format", "schema_registry", "columns", "derived", "key", "deletes", "position", "route"}
+_PARSE_FIELDS = {"format", "schema_registry", "columns", "derived", "key", "deletes", "position", "route", "version"}
 
 
 def _columns(spec: PipelineSpec, typed: bool = False, derived: bool = True) -> _Projections:
@@ -202,11 +205,12 @@ def _projections(spec: PipelineSpec, typed_by_reader: bool = False, with_derived
                *[_by_route(values, tables).alias(name) for name, values in union.items()],
                error.alias("_error"), "_original", *later)
     valid = F.col("_error").isNull()
-    keys = envelope.key_columns(spec) if changes else []
+    # a delete keeps its key, and its version column (a Debezium `d` event's `before` has it) to be ordered by
+    keys = [*envelope.key_columns(spec), *([spec.version_column] if spec.version_column else [])] if changes else []
 
     def kept(name: str) -> SparkColumn:
         """A dead letter keeps only its bytes and reason: its typed values (a NUL, say) need not be storable;
-        a delete keeps only its key, and a routed record only its table's columns."""
+        a delete keeps only its key and version, and a routed record only its table's columns."""
         keep = valid
         if changes and name not in keys:
             keep = keep & ~F.col(DELETE_COLUMN)

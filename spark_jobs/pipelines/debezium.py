@@ -15,8 +15,34 @@ ROW_AFTER, ROW_BEFORE = "after", "before"
 OP = "op"
 # Kafka Connect's JsonConverter with schemas.enable wraps each key and value in these two fields
 WRAPPER, WRAPPED = "schema", "payload"
-DEFAULT_POSITION = "source.lsn"  # the PostgreSQL connector's; Oracle's is source.scn
+DEFAULT_POSITION = "source.lsn"  # the PostgreSQL connector's, and an event's that names no connector
 NO_POSITION = "none"  # `position: none`: Kafka's coordinates alone order a key's versions
+CONNECTOR = "source.connector"  # the connector that wrote the event: postgresql, mysql, sqlserver, oracle, mongodb
+# without `position:`, an event's position by its connector: a number in the source's log. MySQL's binlog file and
+# offset and MongoDB's oplog time and ordinal are no one number; Debezium writes each key's events to one partition
+# in the source's order, so Kafka's order is theirs
+POSITIONS: dict[str, str | None] = {"postgresql": "source.lsn", "oracle": "source.scn",
+                                    "sqlserver": "source.commit_lsn", "mysql": None, "mariadb": None,
+                                    "mongodb": None}
+MONGODB = "mongodb"
+MONGODB_ID, MONGODB_KEY_ID = "_id", "id"  # a document's key, and the field of Debezium's Kafka key that holds it
+ROW_FIELDS = (OP, ROW_BEFORE, ROW_AFTER)
+
+
+def default_position(connector: object) -> str | None:
+    """The position path of an event whose entry gives no `position:`, by its `source.connector` (None: Kafka's
+    order); a connector this table does not name, or none, is read at DEFAULT_POSITION."""
+    return POSITIONS.get(connector, DEFAULT_POSITION) if isinstance(connector, str) else DEFAULT_POSITION
+
+
+def default_positions() -> str:
+    """The defaults as the docs and `streamfill jobs check` name them."""
+    named = {"postgresql": "PostgreSQL", "oracle": "Oracle", "sqlserver": "SQL Server", "mysql": "MySQL",
+             "mariadb": "MariaDB", "mongodb": "MongoDB"}
+    by_path: dict[str, list[str]] = {}
+    for connector, path in POSITIONS.items():
+        by_path.setdefault(path or "Kafka's order", []).append(named[connector])
+    return "; ".join(f"{path} ({', '.join(names)})" for path, names in by_path.items())
 
 
 def after_record(schema: Mapping) -> Mapping:

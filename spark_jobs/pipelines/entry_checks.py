@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Any
 from streamfill.changes import NO_DELETES, SOURCE_POSITION, TOMBSTONE
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.spark_jobs.pipelines import routes
-from streamfill.spark_jobs.pipelines.columns import COLUMN_NAME, COORDINATES, RAW_COLUMNS, RESERVED, check_key
+from streamfill.spark_jobs.pipelines.columns import (
+    COLUMN_NAME,
+    COORDINATES,
+    KAFKA_TIMESTAMP,
+    RAW_COLUMNS,
+    RESERVED,
+    check_key,
+)
+from streamfill.spark_jobs.pipelines.connect_types import FITS
+from streamfill.spark_jobs.pipelines.debezium_settings import OPEN_UNIT_MODES, TIMESTAMP_TYPES
+from streamfill.spark_jobs.pipelines.types import ORDERED
 
 if TYPE_CHECKING:  # the entry's model calls these checks
     from streamfill.spark_jobs.pipelines.spec import PipelineSpec
@@ -91,6 +101,7 @@ def _check_derived(spec: PipelineSpec) -> None:
 def _check_changes(spec: PipelineSpec) -> None:
     """Deletes and Debezium's change events upsert and delete rows by a key that names them."""
     example = f"key: [{next(iter(spec.columns), 'id')}]"
+    _check_debezium_settings(spec)
     if spec.position is not None and spec.format != "debezium":
         raise ValueError(f"position {spec.position!r} is the place of a Debezium change event in its source's "
                          "log and applies to format debezium only; remove it or set format: debezium")
@@ -100,6 +111,8 @@ def _check_changes(spec: PipelineSpec) -> None:
                   "row; remove mode (format debezium's default is replace)",
             f"format debezium needs key: the source table's primary key columns, which its changes name rows by "
             f"(key is {spec.key}); e.g. {example}")
+    if spec.version != KAFKA_TIMESTAMP:
+        _check_version(spec)
     if spec.deletes == TOMBSTONE:
         if spec.format == "raw":
             raise ValueError("deletes: tombstone reads a tombstone's key into the key columns, and format raw "
@@ -108,6 +121,55 @@ def _check_changes(spec: PipelineSpec) -> None:
             spec, f"deletes: tombstone removes rows, which mode {spec.mode} never does; set mode: replace",
             f"deletes: tombstone needs a business key: the columns its Kafka key names a row by (key is "
             f"{spec.key}, which no tombstone carries); e.g. {example}")
+
+
+def _check_version(spec: PipelineSpec) -> None:
+    """`version:` names a column of the entry that orders a key's versions: a number, a date or a time, in an entry
+    that keeps one version per key."""
+    fix = f"name one of the entry's number, date or time columns, or version: {KAFKA_TIMESTAMP} (the default)"
+    column = spec.columns.get(spec.version)
+    if column is None or column.column_type.name not in ORDERED:
+        raise ValueError(f"version {spec.version!r} is not a number, date or time column of the entry; {fix}")
+    if spec.mode != REPLACE or spec.route is not None:
+        raise ValueError(f"version {spec.version!r} orders the versions of a key, which only a mode replace entry "
+                         "without routes keeps; set mode: replace, or remove version")
+    if spec.format == "debezium" and spec.position_path is not None:
+        raise ValueError(f"version {spec.version!r} beside position {spec.position_path}: a Debezium entry's "
+                         "versions are ordered by their position in the source's log; set position: none to order "
+                         "them by a column, or remove version")
+
+
+def _check_debezium_settings(spec: PipelineSpec) -> None:
+    """`debezium:` belongs to a Debezium entry, names its columns with types that fit them, and leaves no
+    timestamp column's unit open (ValueError naming the column and the fix)."""
+    settings = spec.debezium
+    if settings is None:
+        return
+    if spec.format != "debezium":
+        raise ValueError(f"debezium: says how a Debezium connector wrote values; it applies to format debezium "
+                         f"only, not {spec.format}; remove it or set format: debezium")
+    for column, name in settings.semantic_types.items():
+        if column not in spec.columns:
+            raise ValueError(f"debezium.semantic.types names {column!r}, which is no column of the entry (columns: "
+                             f"{', '.join(spec.columns)}); name a declared column")
+        kind = spec.columns[column].column_type.name
+        full = settings.semantic_type(column)
+        if kind not in FITS[full]:
+            raise ValueError(f"debezium.semantic.types.{column} {name!r} does not land in column {column}'s type "
+                             f"{kind}; give the column one of the types {', '.join(sorted(FITS[full]))}, or name "
+                             "the type the connector writes for it")
+    if settings.time_precision_mode in OPEN_UNIT_MODES:
+        open_columns = [name for name, c in spec.columns.items()
+                        if c.column_type.name == "timestamp" and name not in settings.semantic_types]
+        if open_columns:
+            first = open_columns[0]
+            raise ValueError(
+                f"column(s) {', '.join(open_columns)} (timestamp) of an event without a schema: under "
+                f"time.precision.mode {settings.time_precision_mode} the connector writes a TIMESTAMP in "
+                "milliseconds, microseconds or nanoseconds by the source column's precision, which the event does "
+                f"not carry; name each one's type, e.g. debezium: {{semantic.types: {{{first}: MicroTimestamp}}}} "
+                f"(one of {TIMESTAMP_TYPES}), or set time.precision.mode: connect (milliseconds) on the connector "
+                "and here")
 
 
 def _check_replaces_by_key(spec: PipelineSpec, not_replace: str, no_business_key: str) -> None:

@@ -1,6 +1,7 @@
 """The jobs file: `dags/streamfill_jobs.yaml` (or STREAMFILL_JOBS_FILE) and every `jobs.d/*.yaml` beside it, one
-pipeline entry per job. Validated when loaded: a bad entry names the file, the job, the field, the value and
-the fix, and nothing else is loaded from a file that has one."""
+pipeline entry per job. Read entry by entry: a bad entry names the file, the job, the field, the value and the
+fix, and is broken alone (`load_each`): the DAG files and a launch keep every other entry. `load` and `read`
+refuse a file with any broken entry, naming each."""
 
 from __future__ import annotations
 
@@ -8,58 +9,143 @@ import difflib
 import json
 import os
 import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from streamfill import REPO_ROOT
-from streamfill.errors import StreamfillError
+from streamfill.errors import REFUSAL, OptionError, StreamfillError
 from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
 class JobsFileError(StreamfillError, ValueError):
     """A jobs file that cannot be used: the message names the file, the job and the field."""
 
+    kind = REFUSAL
+
 
 def jobs_file() -> Path:
     return Path(os.environ.get("STREAMFILL_JOBS_FILE") or REPO_ROOT / "dags" / "streamfill_jobs.yaml")
 
 
+@dataclass(frozen=True)
+class BrokenEntry:
+    """An entry that cannot be used, or a whole file (`job` None: unreadable, or no `jobs:` mapping)."""
+
+    file: Path
+    job: str | None
+    error: JobsFileError
+
+
+@dataclass(frozen=True)
+class Entries:
+    """A jobs file read entry by entry: every entry that can be used, and each one that cannot."""
+
+    path: Path
+    specs: dict[str, PipelineSpec]
+    broken: tuple[BrokenEntry, ...] = ()
+
+    def strict(self) -> dict[str, PipelineSpec]:
+        """The entries, or a JobsFileError naming every broken one."""
+        if self.broken:
+            raise JobsFileError("\n".join(str(b.error) for b in self.broken))
+        return self.specs
+
+    def spec(self, name: str, option: str = "--pipeline") -> PipelineSpec:
+        """Entry `name`: its own error when it is broken, another entry's never."""
+        if name in self.specs:
+            return self.specs[name]
+        own = next((b.error for b in self.broken if b.job == name), None)
+        if own is not None:
+            raise own
+        unreadable = next((b.error for b in self.broken if b.job is None and b.file == self.path), None)
+        if unreadable is not None:  # the jobs file itself: no entry of it can be told apart
+            raise unreadable
+        unread = [str(b.error) for b in self.broken if b.job is None]
+        problem = f"is not an entry of the jobs file {self.path}" + (
+            f" (it may be in a file that cannot be read: {'; '.join(unread)})" if unread else "")
+        raise OptionError(option, name, problem,
+                          f"use one of {', '.join(sorted(self.specs)) or 'none yet'}, or add an entry under jobs:")
+
+
 def load(path: Path | None = None) -> dict[str, PipelineSpec]:
-    """The jobs file, plus one file per job in the `jobs.d/` folder beside it (a job added by dropping a file)."""
-    path = path or jobs_file()
-    out = read(path, required=True)
-    for extra in sorted((path.parent / "jobs.d").glob("*.yaml")):
-        for name, spec in read(extra, required=False).items():
-            if name in out:
-                raise JobsFileError(f"{extra}: job {name!r} is already defined in {path}; give it another name")
-            out[name] = spec
-    return out
+    """The jobs file, plus one file per job in the `jobs.d/` folder beside it (a job added by dropping a file);
+    a JobsFileError naming every broken entry if one is."""
+    return load_each(path).strict()
 
 
 def read(path: Path, required: bool = True) -> dict[str, PipelineSpec]:
-    """The entries of one file."""
+    """The entries of one file; a JobsFileError naming every broken entry if one is."""
+    return read_each(path, required).strict()
+
+
+def load_each(path: Path | None = None) -> Entries:
+    """The jobs file and `jobs.d/*.yaml`, entry by entry. A name defined twice is broken where it comes again
+    (the jobs file first, then jobs.d/ in name order), so a dropped file cannot take over an entry."""
+    path = path or jobs_file()
+    files = [(path, True), *((extra, False) for extra in sorted((path.parent / "jobs.d").glob("*.yaml")))]
+    return _gathered(path, files)
+
+
+def read_each(path: Path, required: bool = True) -> Entries:
+    """The entries of one file, entry by entry."""
+    return _gathered(path, [(path, required)])
+
+
+def _gathered(path: Path, files: list[tuple[Path, bool]]) -> Entries:
+    specs: dict[str, PipelineSpec] = {}
+    broken: list[BrokenEntry] = []
+    defined: dict[str, Path] = {}
+    for source, required in files:
+        for name, got in _each(source, required):
+            if name is not None and name in defined:
+                got = JobsFileError(f"{source}: job {name!r} is already defined in {defined[name]}; give it another "
+                                    "name")
+            elif name is not None:
+                defined[name] = source
+            if isinstance(got, JobsFileError):
+                broken.append(BrokenEntry(source, name, got))
+            else:
+                specs[name] = got
+    return Entries(path, specs, tuple(broken))
+
+
+def _each(path: Path, required: bool) -> Iterator[tuple[str | None, PipelineSpec | JobsFileError]]:
+    """(job, its entry or why it cannot be used) per entry of one file, in order; (None, why) for the whole file."""
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise JobsFileError(f"cannot read the jobs file {path}: {exc}") from None
+        yield None, JobsFileError(f"cannot read the jobs file {path}: {exc}")
+        return
     jobs = raw.get("jobs") if isinstance(raw, dict) else None
     if not isinstance(jobs, dict) or (required and not jobs):
-        raise JobsFileError(f"{path} must have a `jobs:` mapping of job name to its settings")
-    out = {}
+        yield None, JobsFileError(f"{path} must have a `jobs:` mapping of job name to its settings")
+        return
     for name, body in jobs.items():
-        if not isinstance(body, dict):
-            raise JobsFileError(f"{path}: job {name!r}: its settings must be a mapping (topic, columns, table, ...)")
         try:
-            spec = PipelineSpec(name=name, **body)
-        except ValidationError as exc:
-            raise JobsFileError(f"{path}: job {name!r}: " + "; ".join(_describe(e) for e in exc.errors())) from None
-        spec._folder = path.parent
-        if spec.avro_schema:
-            _check_avro(path, spec)
-        out[name] = spec
-    return out
+            yield name, _entry(path, name, body)
+        except JobsFileError as exc:
+            yield name, exc
+        except Exception as exc:  # a check's own failure on an input it did not foresee is still this entry's alone
+            yield name, JobsFileError(f"{path}: job {name!r}: cannot be read ({type(exc).__name__}: {exc}); "
+                                      "fix the entry's settings (docs/pipelines.md lists every setting)")
+
+
+def _entry(path: Path, name: str, body: object) -> PipelineSpec:
+    if not isinstance(body, dict) or not all(isinstance(key, str) for key in body):
+        raise JobsFileError(f"{path}: job {name!r}: its settings must be a mapping of setting names (topic, columns, "
+                            "table, ...)")
+    try:
+        spec = PipelineSpec(name=name, **body)
+    except ValidationError as exc:
+        raise JobsFileError(f"{path}: job {name!r}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+    spec._folder = path.parent
+    if spec.avro_schema:
+        _check_avro(path, spec)
+    return spec
 
 
 def _describe(error: dict) -> str:

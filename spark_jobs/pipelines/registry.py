@@ -13,6 +13,7 @@ from collections.abc import Hashable, Mapping
 
 from streamfill.bounded_cache import BoundedCache
 from streamfill.errors import RegistryError
+from streamfill.spark_jobs.pipelines.connect_types import column_type_of
 from streamfill.spark_jobs.pipelines.debezium import after_record
 
 # clients by their settings; writer schemas by (registry's URL, schema id)
@@ -97,22 +98,24 @@ def resolved(spec, conf: Mapping[str, str] | None = None):
     _, version, schema = latest_schema(conf, spec.registry_subject)
     try:
         # a Debezium change event's row is its `after` field; the whole event stays the values' reader schema
-        columns = columns_of(after_record(schema) if spec.format == "debezium" else schema)
+        columns = columns_of(after_record(schema), semantic=True) if spec.format == "debezium" else \
+            columns_of(schema)
         return spec.with_columns(columns, schema)
     except ValueError as exc:
         raise OptionError("schema_registry.subject", spec.registry_subject, f"(version {version}) does not give "
                           f"entry {spec.name!r} its columns: {exc}", "Declare columns: in the entry") from None
 
 
-def columns_of(schema: Mapping) -> dict[str, dict]:
+def columns_of(schema: Mapping, semantic: bool = False) -> dict[str, dict]:
     """An entry's `columns:` for an Avro record schema: each field a column of the matching type, required
-    unless the field may be null."""
+    unless the field may be null. `semantic`: a field's Kafka Connect semantic type (`connect.name`, which a
+    Debezium entry reads: change_events) decides its column's type (MicroTimestamp a timestamp, not a bigint)."""
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         raise ValueError("the subject's schema is not an Avro record, so it gives no columns; declare columns: "
                          "in the entry")
     columns = {}
     for field in schema["fields"]:
-        kind, nullable = _column_type(field["type"])
+        kind, nullable = _column_type(field["type"], semantic)
         columns[field["name"]] = {"type": kind, "required": not nullable and "default" not in field}
     return columns
 
@@ -123,15 +126,17 @@ _LOGICAL = {"date": "date", "timestamp-millis": "timestamp", "timestamp-micros":
             "local-timestamp-millis": "timestamp", "local-timestamp-micros": "timestamp", "uuid": "string"}
 
 
-def _column_type(avro: object) -> tuple[str, bool]:
+def _column_type(avro: object, semantic: bool = False) -> tuple[str, bool]:
     """(column type, may be null) of an Avro type."""
     if isinstance(avro, list):
         others = [t for t in avro if t != "null"]
         if len(others) == 1:
-            return _column_type(others[0])[0], len(others) < len(avro)
+            return _column_type(others[0], semantic)[0], len(others) < len(avro)
         return "json", "null" in avro
     if isinstance(avro, str):
         return _PRIMITIVES.get(avro, "json"), False
+    if semantic and column_type_of(avro.get("connect.name")) is not None:
+        return column_type_of(avro.get("connect.name")), False
     logical = avro.get("logicalType")
     if logical == "decimal":
         return f"decimal({avro['precision']},{avro.get('scale', 0)})", False
@@ -139,7 +144,8 @@ def _column_type(avro: object) -> tuple[str, bool]:
         return _LOGICAL[logical], False
     kind = avro.get("type")
     if kind == "array":
-        return f"array<{_column_type(avro['items'])[0]}>", False
+        return f"array<{_column_type(avro['items'], semantic)[0]}>", False
     if kind == "record":
-        return "struct<" + ",".join(f"{f['name']}:{_column_type(f['type'])[0]}" for f in avro["fields"]) + ">", False
+        return "struct<" + ",".join(f"{f['name']}:{_column_type(f['type'], semantic)[0]}"
+                                    for f in avro["fields"]) + ">", False
     return _PRIMITIVES.get(kind, "json"), False

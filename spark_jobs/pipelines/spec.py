@@ -22,8 +22,17 @@ from streamfill.errors import OptionError
 from streamfill.names import parse_table, validate_job_name
 from streamfill.rules import Rule
 from streamfill.spark_jobs.pipelines import debezium, entry_checks, routes
-from streamfill.spark_jobs.pipelines.columns import COORDINATES, FIELD_PATH, RAW_COLUMNS, ColumnSpec, check_column_names
-from streamfill.spark_jobs.pipelines.nested_specs import HealthSpec, RegistrySpec
+from streamfill.spark_jobs.pipelines.columns import (
+    COORDINATES,
+    FIELD_PATH,
+    KAFKA_TIMESTAMP,
+    RAW_COLUMNS,
+    ColumnSpec,
+    check_column_names,
+)
+from streamfill.spark_jobs.pipelines.cron import check_cron
+from streamfill.spark_jobs.pipelines.debezium_settings import DebeziumSettings
+from streamfill.spark_jobs.pipelines.nested_specs import CONN_ID, HealthSpec, RegistrySpec, SparkSpec
 from streamfill.spark_jobs.pipelines.routes import Route, RouteTable
 from streamfill.trigger_grammar import parse_trigger
 
@@ -52,6 +61,11 @@ class PipelineSpec(BaseModel):
     deletes: DeletesMode = NO_DELETES  # tombstone: a null value deletes the row of its Kafka key
     # format debezium: the path into the change event of its position in the source's log, or none
     position: str | None = None
+    # format debezium: how the connector wrote the values of events that come without their schema
+    debezium: DebeziumSettings | None = None
+    # mode replace: what orders a key's versions between partitions (within one, the offset): the Kafka timestamp,
+    # or a column of the entry (a number, a date or a time); a Debezium entry's is its position
+    version: str = KAFKA_TIMESTAMP
     route: Route | None = None
     dead_letters: bool = True
     quality: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
@@ -70,6 +84,12 @@ class PipelineSpec(BaseModel):
     quality_schedule: str = "*/30 * * * *"
     health: HealthSpec = HealthSpec()
     announce_every: str = "1m"  # at most one asset event per this long announces the stream's commits
+    # the Airflow connections of the entry's tasks; none: the defaults (orchestration/endpoints.py ConnIds)
+    kafka_conn_id: str | None = Field(None, pattern=CONN_ID)
+    postgres_conn_id: str | None = Field(None, pattern=CONN_ID)
+    schema_registry_conn_id: str | None = Field(None, pattern=CONN_ID)
+    spark_conn_id: str | None = Field(None, pattern=CONN_ID)  # the apache-spark provider's connection
+    spark: SparkSpec = SparkSpec()
 
     _folder: Path | None = PrivateAttr(None)  # the jobs file's folder: avro_schema is relative to it
     _registry_reader: dict | None = PrivateAttr(None)  # the subject's schema its columns came from (a launch's)
@@ -111,6 +131,23 @@ class PipelineSpec(BaseModel):
             parse(v, info.field_name)
         except OptionError as exc:
             raise ValueError(f"{info.field_name} {v!r} {exc.problem}; {fix or exc.fix}") from None
+        return v
+
+    @field_validator("schedule", "quality_schedule")
+    @classmethod
+    def _cron(cls, v: str, info) -> str:
+        """Judged as Airflow judges the DAG's timetable, so `jobs check` refuses what the DAG processor would."""
+        try:
+            return check_cron(v, info.field_name)
+        except OptionError as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from None
+
+    @field_validator("health")
+    @classmethod
+    def _health(cls, v: HealthSpec) -> HealthSpec:
+        if v.every_minutes > 60:
+            raise ValueError(f"health.every_minutes {v.every_minutes} is more than 60: its cron {v.schedule} counts "
+                             "minutes within each hour, so the check would run hourly; use 1 to 60")
         return v
 
     @field_validator("announce_every")
@@ -193,6 +230,12 @@ class PipelineSpec(BaseModel):
     def can_delete(self) -> bool:
         """Records may delete rows, so the parse gives `_delete`: tombstones, or Debezium's change events."""
         return self.deletes == TOMBSTONE or self.format == "debezium"
+
+    @property
+    def version_column(self) -> str | None:
+        """The entry's column that orders a key's versions before the Kafka timestamp (the sink's versionColumn);
+        None for the default order (a Debezium entry's position is its source_position column)."""
+        return None if self.version == KAFKA_TIMESTAMP else self.version
 
     @property
     def position_path(self) -> str | None:

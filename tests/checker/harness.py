@@ -2,36 +2,43 @@
 (plan the write, stage each Kafka partition's rows in a task of its own, commit; abort on failure), with the
 scenario's users and faults in between; then every invariant checked against the model.
 
-The PostgreSQL is the run's own (it is crashed on purpose). Each run names what it makes after its prefix.
+The PostgreSQL is the run's own (it is crashed on purpose). Each run names what it makes after its prefix. A parsed
+table's batches (scenario.Encoding) are encoded as Kafka carries them (kafka_forms) and read by the production
+parse in a local SparkSession, whose rows the tasks stage as the sink's writer tasks stage Spark's Arrow batches.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal
 
 import psycopg2
 import psycopg2.errors
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg2 import sql
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.postgres import postgres_sink_declarations as declared
 from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.connectors.spark import postgres_commit, postgres_plan, postgres_staging
-from streamfill.errors import SinkError
+from streamfill.errors import OptionError, SinkError
+from streamfill.offsets_db import deleted_keys
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import TopicPartition
 from streamfill.retention_ages import Retention
 from streamfill.settings import Settings
+from tests.checker import kafka_forms
 from tests.checker.model import Model
 from tests.checker.scenario import (
     BACKFILL,
@@ -50,15 +57,21 @@ from tests.checker.scenario import (
     PLAINTEXT,
     READER,
     SASL_SSL,
+    SEMANTIC_COLUMNS,
+    STOP_AT_GRACE_END,
+    STOP_PAST_GRACE,
     STREAM,
+    TOMBSTONE_KEYS,
     TRIGGER,
     UPDATE,
     Action,
+    Encoding,
     Record,
     Scenario,
     Write,
     Writer,
     record,
+    version_value,
 )
 
 CHECK = "sf_checker_short_v"
@@ -77,6 +90,7 @@ class Tally:
     faults: int = 0
     offsets: int = 0  # offsets committed and checked
     batches: int = 0
+    encodings: dict[str, int] = field(default_factory=dict)  # runs of parsed tables, by what their Kafka carried
 
 
 @dataclass
@@ -87,6 +101,7 @@ class Run:
     cluster: Settings | None = None  # the stack whose Kafka commitToGroup mirrors to (None: no mirrors)
     model: Model = field(init=False)
     tally: Tally = field(default_factory=Tally)
+    spark: Callable[[], object] | None = None  # gives the SparkSession a parsed table's batches are parsed in
 
     def __post_init__(self) -> None:
         self.url = self.postgres.settings.offsets_db_url
@@ -98,6 +113,7 @@ class Run:
         self.readers: list[Reader] = []
         self.mirrors = Mirrors(self.cluster, self.prefix) if self.cluster is not None else None
         self.probe = Probe(self.url, self.table)
+        self.parses: dict[tuple[int, int], Parsed] = {}  # (writer, batch) -> its parse, the same for every try
 
     def topic(self, writer: int) -> str:
         return f"{self.prefix}_w{writer}"
@@ -136,6 +152,12 @@ class Run:
                 self.mirrors.remove()
         self.check()
         self.tally.runs += 1
+        encoding = self.scenario.table.encoding
+        if encoding is not None:
+            drawn = encoding.kind if encoding.kind == TOMBSTONE_KEYS else \
+                f"{encoding.kind}, position: {encoding.position or 'by the connector'}" \
+                + (", null tombstones" if encoding.tombstones else "")
+            self.tally.encodings[drawn] = self.tally.encodings.get(drawn, 0) + 1
         return self.tally
 
     def fail(self, what: str) -> None:
@@ -143,20 +165,34 @@ class Run:
 
     # a writer's batch
 
+    def records(self, step: Write) -> list[Record]:
+        writer = self.scenario.writers[step.writer]
+        return [record(self.scenario.seed, step.writer, writer.dead_letters, p, o, self.deletes(writer),
+                       self.scenario.table.positioned, self.scenario.table.routed, self.encoding(writer))
+                for p, start, end in step.ranges for o in range(start, end)]
+
+    def evolved(self, step: Write) -> bool:
+        evolve_from = self.scenario.writers[step.writer].evolve_from
+        return evolve_from is not None and step.number >= evolve_from
+
     def write(self, step: Write) -> None:
         writer = self.scenario.writers[step.writer]
-        records = [record(self.scenario.seed, step.writer, writer.dead_letters, p, o, self.scenario.table.deletes,
-                          self.scenario.table.positioned, self.scenario.table.routed)
-                   for p, start, end in step.ranges for o in range(start, end)]
-        evolved = writer.evolve_from is not None and step.number >= writer.evolve_from
+        records = self.records(step)
+        evolved = self.evolved(step)
         if writer.job:
             self.plan_batch(step)
-        fault = step.fault
-        if fault:
+        fault, stop = step.fault, step.stop
+        if fault or stop:
             self.tally.faults += 1
+        refusal = writer.deletes_off and bool(self.model.tombs)  # a delete of the table is recorded
         for _ in range(3):  # the first try, the replay after a fault or a fix, once more after a second fault
             try:
-                outcome = self.attempt(step, records, evolved, fault)
+                outcome = self.attempt(step, records, evolved, fault, stop=stop)
+            except OptionError as exc:
+                if not (writer.deletes_off and exc.option == "deletes" and self.model.tombs):
+                    raise
+                self.expect_nothing_committed(step)  # refused: a delete of the table is recorded
+                return
             except SinkError as exc:
                 if "refused the row at" not in str(exc):
                     raise
@@ -164,8 +200,11 @@ class Run:
                 fault = None
                 continue
             if outcome == "done":
+                if refusal:
+                    self.fail(f"writer {step.writer}'s batch {step.number}, without deletes, committed into a "
+                              "table with recorded deletes")
                 return
-            fault = None
+            fault = stop = None
         self.fail(f"writer {step.writer}'s batch {step.number} did not commit in three tries")
 
     def plan_batch(self, step: Write) -> None:
@@ -196,7 +235,7 @@ class Run:
         self.plan_batch(step)
 
     def attempt(self, step: Write, records: list[Record], evolved: bool, fault: str | None,
-                replay: bool = False) -> str:
+                replay: bool = False, stop: str | None = None) -> str:
         plan = self.sink_plan(step, evolved)
         self.model.planned(evolved)
         by_partition = ([records] if self.scenario.writers[step.writer].packed
@@ -204,8 +243,8 @@ class Run:
         messages = []
         for n, part in enumerate(by_partition):
             if fault == LOST_WORKER and n == 0:
-                postgres_staging.stage_write(plan, iter([self.arrow(step, part, evolved)]))  # its message never arrives
-            messages.append(postgres_staging.stage_write(plan, iter([self.arrow(step, part, evolved)])))
+                postgres_staging.stage_write(plan, self.batches(step, part, evolved))  # its message is lost
+            messages.append(postgres_staging.stage_write(plan, self.batches(step, part, evolved)))
             if fault == CRASH_BETWEEN_TASKS and n == 0:
                 self.crash()
         if fault == KILLED_BEFORE_COMMIT:
@@ -213,8 +252,16 @@ class Run:
             return "again"
         if fault == DOWN_AT_COMMIT:
             return self.down_at_commit(step, plan, messages)
+        grace = Grace(self.job(step.writer)) if stop else None
+        if grace is not None and stop == STOP_PAST_GRACE:
+            grace.run_out()
+            if grace.cuts != 1 or grace.stop.ended():
+                self.fail(f"writer {step.writer}'s stop grace ran out before its batch {step.number} committed, and "
+                          f"the launch was cut {grace.cuts} times (once expected), the stop taken as in time")
+            self.relaunch(step)  # the cut launch committed nothing; the next one reads the batch again
+            return "again"
         try:
-            with self.committing(step):
+            with self.committing(step), self.neighbour(step):
                 postgres_commit.commit(plan, messages, None)
         except SinkError as exc:
             postgres_commit.abort(plan, messages)
@@ -239,6 +286,13 @@ class Run:
             self.fail(f"writer {step.writer}'s batch {step.number} committed though the table refuses "
                       f"{[(r.partition, r.offset) for r in refused][:5]} and dead letters are off")
         self.tally.batches += 1
+        if grace is not None and not grace.ended_after_commit(stop == STOP_AT_GRACE_END):
+            self.fail(f"writer {step.writer}'s batch {step.number} committed within its stop grace, and the launch "
+                      f"was cut {grace.cuts} times, the stop taken as in time: {grace.in_time}")
+        if grace is not None and grace.cuts:  # cut as it committed: Spark's commit log may miss the batch
+            fault = KILLED_AFTER_COMMIT
+        elif grace is not None:  # stopped between batches; the next batch is a new launch's
+            self.leases.pop(step.writer).release()
         if fault == KILLED_AFTER_COMMIT:  # Spark's commit log missed it: the batch is replayed
             self.relaunch(step)
             self.attempt(step, records, evolved, None, replay=True)
@@ -266,6 +320,30 @@ class Run:
         if self.scenario.writers[step.writer].job:
             self.relaunch(step)
         return "again"
+
+    @contextmanager
+    def neighbour(self, step: Write):
+        """While the batch commits, another deleting commit of the table holds its deletes for longer than one try
+        of the lock (a neighbour's slow commit): the commit waits its turn, never fails."""
+        if not step.neighbour:
+            yield
+            return
+        holding, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with psycopg2.connect(dsn(self.url)) as conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                            (deleted_keys.DELETES_LOCK_SPACE, f"public.{self.table}"))
+                holding.set()
+                done.wait(HOLD_S)
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        holding.wait(30)
+        try:
+            yield
+        finally:
+            done.set()
+            holder.join(30)
 
     def committing(self, step: Write):
         """The committing process's environment: a SASL_SSL mirror takes its secrets from STREAMFILL_KAFKA_*."""
@@ -313,12 +391,22 @@ class Run:
 
     def sink_plan(self, step: Write, evolved: bool):
         writer = self.scenario.writers[step.writer]
+        schema = self.schema(writer, evolved, self.wide(step))
         options = {"table": self.table, "url": self.url, "mode": self.scenario.table.mode,
                    "deadLetters": str(writer.dead_letters).lower(), "evolveSchema": str(evolved).lower()}
         if self.scenario.table.keyed:
             options["keyColumns"] = "k"
-        if self.scenario.table.deletes:
+        if self.deletes(writer):
             options["deletes"] = "true"
+        if self.scenario.table.positioned and self.scenario.table.version_column != SOURCE_POSITION:
+            options["versionColumn"] = self.scenario.table.version_column
+        if self.encoding(writer) is not None:  # as a launch writes its entry's rows (spark_jobs.entry_sink)
+            from streamfill.spark_jobs.entry_sink import sink_options
+
+            parsed = self.parsed(step)
+            schema = parsed.schema
+            options = sink_options(parsed.spec, self.job(step.writer), self.table, REPLACE, self.url)
+            del options[declared.JOB.key]  # a job's own below; a df.write has none
         if self.scenario.table.routed:
             coordinates = ["topic", "partition", "offset", "kafka_timestamp"]
             options["routes"] = json.dumps({
@@ -330,13 +418,74 @@ class Run:
             options.update(job=self.job(step.writer), jobGeneration=str(self.leases[step.writer].generation))
         if writer.path == BACKFILL:
             options["endingOffsets"] = json.dumps({self.topic(step.writer): {str(p): e for p, _, e in step.ranges}})
-        return postgres_plan.plan_write(options, self.schema(writer, evolved, self.wide(step)), False,
-                                   streaming=writer.path == STREAM)
+        return postgres_plan.plan_write(options, schema, False, streaming=writer.path == STREAM)
 
     def schema(self, writer: Writer, evolved: bool, wide: bool = False):
         table = self.scenario.table
         extra = ("bigint" if wide else "int") if table.widens else "string"
-        return _spark_schema(writer.dead_letters, evolved, table.deletes, table.positioned, table.routed, extra)
+        return _spark_schema(writer.dead_letters, evolved, self.deletes(writer), table.version_column
+                             if table.positioned else None, table.routed, extra, table.encoding is not None)
+
+    def encoding(self, writer: Writer) -> Encoding | None:
+        """How the writer's records travel through Kafka (None: staged as the table's rows): a parsed table's
+        writer without deletes is a user's df.write of rows of its own."""
+        return None if writer.deletes_off else self.scenario.table.encoding
+
+    def parsed(self, step: Write) -> Parsed:
+        """The batch's records as Kafka carries them, read by the production parse of the writer's entry. Every
+        batch of the writer read with the same entry is parsed at once (a Spark job each would cost more than the
+        rest of the run), then taken apart by its offsets."""
+        if (step.writer, step.number) in self.parses:
+            return self.parses[(step.writer, step.number)]
+        from streamfill.spark_jobs.kafka_read import rows_of
+
+        writer = self.scenario.writers[step.writer]
+        same = [s for s in self.scenario.steps if isinstance(s, Write) and s.writer == step.writer
+                and self.entry(s) == self.entry(step)]
+        entry = self.entry(step)
+        spec = kafka_forms.spec(entry, self.job(step.writer), self.topic(step.writer), self.table,
+                                writer.dead_letters)
+        records = [r for s in same for r in self.records(s)]
+        pairs = [kafka_forms.encoded(entry, self.scenario.seed, step.writer, r) for r in records]
+        kafka = pa.table({"key": pa.array([k for k, _ in pairs], pa.binary()),
+                          "value": pa.array([v for _, v in pairs], pa.binary()),
+                          "topic": pa.array([self.topic(step.writer)] * len(records), pa.string()),
+                          "partition": pa.array([r.partition for r in records], pa.int32()),
+                          "offset": pa.array([r.offset for r in records], pa.int64()),
+                          "timestamp": pa.array([r.stamp for r in records], pa.timestamp("us", tz="UTC")),
+                          "timestampType": pa.array([0] * len(records), pa.int32())})
+        if self.spark is None:
+            raise ValueError(f"seed {self.scenario.seed} reads its table through the parse: give Run a spark")
+        rows = rows_of(spec, self.spark().createDataFrame(kafka))
+        parsed = rows.toArrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
+        for s in same:
+            mine = [pc.and_(pc.equal(parsed["partition"], p), pc.and_(pc.greater_equal(parsed["offset"], start),
+                                                                       pc.less(parsed["offset"], end)))
+                    for p, start, end in s.ranges]
+            self.parses[(s.writer, s.number)] = Parsed(spec, rows.schema, parsed.filter(functools.reduce(pc.or_, mine)))
+        return self.parses[(step.writer, step.number)]
+
+    def entry(self, step: Write) -> kafka_forms.Entry:
+        """The entry the writer's batch is read with: its table's encoding, version column and `extra`."""
+        writer, table = self.scenario.writers[step.writer], self.scenario.table
+        extra = (("bigint" if self.wide(step) else "int") if table.widens else "string") if self.evolved(step) \
+            else None
+        return kafka_forms.Entry(self.encoding(writer), table.version_column if table.positioned
+                                 and table.version_column != SOURCE_POSITION else None, extra)
+
+    def batches(self, step: Write, part: list[Record], evolved: bool):
+        """What one task stages: its partitions' rows of the parse, as Spark hands a writer task Arrow batches;
+        or the rows of a writer without a parse."""
+        if self.encoding(self.scenario.writers[step.writer]) is None:
+            return iter([self.arrow(step, part, evolved)])
+        rows = self.parsed(step).rows
+        mine = rows.filter(pc.is_in(rows.column("partition"), pa.array(sorted({r.partition for r in part}),
+                                                                        pa.int32())))
+        return iter(mine.to_batches())
+
+    def deletes(self, writer: Writer) -> bool:
+        """The writer's records may delete (it writes with `deletes`)."""
+        return self.scenario.table.deletes and not writer.deletes_off
 
     def wide(self, step: Write) -> bool:
         """A widening table's `extra` is written as bigint from the writer's second evolved batch."""
@@ -349,17 +498,20 @@ class Run:
                 "partition": pa.array([r.partition for r in records], pa.int32()),
                 "offset": pa.array([r.offset for r in records], pa.int64()),
                 "kafka_timestamp": pa.array([r.stamp for r in records], pa.timestamp("us", tz="UTC")),
-                **({SOURCE_POSITION: pa.array([None if r.position is None else Decimal(r.position) for r in records],
-                                              pa.decimal128(38, 0))} if self.scenario.table.positioned else {}),
+                **({self.scenario.table.version_column: _versions(self.scenario.table.version_column, records)}
+                   if self.scenario.table.positioned else {}),
                 "k": pa.array([r.key for r in records], pa.string()),
                 "v": pa.array([r.value for r in records], pa.string())}
+        if self.scenario.table.encoding is not None:
+            data[SEMANTIC_COLUMNS[0]] = pa.array([r.amount for r in records], pa.decimal128(10, 2))
+            data[SEMANTIC_COLUMNS[1]] = pa.array([r.at for r in records], pa.timestamp("us", tz="UTC"))
         if evolved:
             data["extra"] = pa.array([r.offset for r in records], pa.int64() if self.wide(step) else pa.int32()) \
                 if self.scenario.table.widens else [f"e{r.offset}" for r in records]
         if writer.dead_letters:
             data["_error"] = pa.array(["not json" if r.poison else None for r in records], pa.string())
             data["_raw"] = pa.array([b"{" if r.poison else None for r in records], pa.binary())
-        if self.scenario.table.deletes:
+        if self.deletes(writer):
             data[DELETE_COLUMN] = pa.array([r.tomb for r in records], pa.bool_())
         if self.scenario.table.routed:
             data[ROUTE_COLUMN] = pa.array([None if r.poison else self.side if r.side else self.table
@@ -462,6 +614,13 @@ class Run:
             if len(side) != len(set(side)) or set(side) != model.side:
                 self.fail(f"the routed second table holds {len(side)} rows, {len(set(side) - model.side)} "
                           f"unexpected, {len(model.side - set(side))} missing")
+        deleted = {key[0]: tuple(coordinates) for key, *coordinates in self.query(
+            'SELECT key, topic, partition, "offset" FROM deleted_keys WHERE target = :t', t=f"public.{self.table}")}
+        tombs = {key: version[1:4] for key, version in model.tombs.items()}  # the newest tombstone of each key
+        if deleted != tombs:
+            differ = sorted(k for k in {*deleted, *tombs} if deleted.get(k) != tombs.get(k))
+            self.fail(f"offsets_db's deleted keys differ from the contract at {len(differ)} keys, e.g. "
+                      + ", ".join(f"{k}: {deleted.get(k)} recorded, {tombs.get(k)} expected" for k in differ[:3]))
         for index, writer in enumerate(self.scenario.writers):
             if writer.job:
                 self.check_job(index)
@@ -516,8 +675,13 @@ class Run:
         self.tally.offsets += sum(n - first for n in stands.values())
 
 
-def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, positioned: bool = False,
-                  routed: bool = False, extra: str = "string"):
+def _versions(column: str, records: list[Record]) -> pa.Array:
+    kind = {SOURCE_POSITION: pa.decimal128(38, 0), "seq": pa.int64(), "seq_at": pa.timestamp("us", tz="UTC")}[column]
+    return pa.array([version_value(column, r.position) for r in records], kind)
+
+
+def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, version: str | None = None,
+                  routed: bool = False, extra: str = "string", semantic: bool = False):
     from pyspark.sql.types import (
         BinaryType,
         BooleanType,
@@ -532,8 +696,11 @@ def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, posi
 
     fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
-              *([StructField(SOURCE_POSITION, DecimalType(38, 0))] if positioned else []),
-              StructField("k", StringType()), StructField("v", StringType())]
+              *([StructField(version, {SOURCE_POSITION: DecimalType(38, 0), "seq": LongType(),
+                                       "seq_at": TimestampType()}[version])] if version else []),
+              StructField("k", StringType()), StructField("v", StringType()),
+              *([StructField(SEMANTIC_COLUMNS[0], DecimalType(10, 2)), StructField(SEMANTIC_COLUMNS[1], TimestampType())]
+                if semantic else [])]
     if evolved:
         fields.append(StructField("extra", {"string": StringType(), "int": IntegerType(), "bigint": LongType()}[extra]))
     if dead_letters:
@@ -543,6 +710,15 @@ def _spark_schema(dead_letters: bool, evolved: bool, deletes: bool = False, posi
     if routed:
         fields.append(StructField(ROUTE_COLUMN, StringType()))
     return StructType(fields)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A batch's parse: the entry it was read with, the rows' Spark schema (the sink plans with it) and the rows."""
+
+    spec: object  # spark_jobs.pipelines.PipelineSpec
+    schema: object  # pyspark.sql.types.StructType
+    rows: pa.Table
 
 
 class Probe(threading.Thread):
@@ -574,6 +750,47 @@ class Probe(threading.Thread):
                 self.errors.append(str(exc).strip())
         if conn is not None and not conn.closed:
             conn.close()
+
+
+HOLD_S = 1.5  # a neighbour's deleting commit holds the table's deletes this long (one try of a lock waits 1 s)
+
+
+class Grace:
+    """A stream's stop grace (spark_jobs.stream_stop.StopGrace) whose timer runs out when the checker says: the stop
+    arrives while the batch is in flight; `cuts` counts the launch's kills."""
+
+    def __init__(self, job: str) -> None:
+        from streamfill.spark_jobs.stream_stop import StopGrace
+
+        self.expired = threading.Event()
+        self.cuts = 0
+        self.in_time: bool | None = None
+        self.stop = StopGrace(threading.Event(), 1.0, job, cut=self._cut, wait=self._wait)
+        self.stop("stopped by the checker")
+
+    def _wait(self, ended: threading.Event, seconds: float) -> bool:
+        self.expired.wait(60)
+        return ended.is_set()
+
+    def _cut(self) -> None:
+        self.cuts += 1
+
+    def run_out(self) -> None:
+        self.expired.set()
+        self.stop.timer.join(60)
+
+    def ended_after_commit(self, racing: bool) -> bool:
+        """The query stopped once its batch committed, the grace then running out (or, `racing`, running out at the
+        same moment): True when the stop was in time exactly when nothing was cut."""
+        if racing:
+            runs_out = threading.Thread(target=self.run_out, daemon=True)
+            runs_out.start()
+            self.in_time = self.stop.ended()
+            runs_out.join(60)
+        else:
+            self.in_time = self.stop.ended()
+            self.run_out()
+        return self.in_time == (self.cuts == 0) and self.cuts <= 1
 
 
 class Reader(threading.Thread):

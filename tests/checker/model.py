@@ -3,34 +3,49 @@ applied to the scenario's steps one by one, in plain Python. The harness drives 
 lockstep and compares them at the end.
 
 - append-new (the Kafka coordinates as key): every record is a row or a dead letter, once;
-- replace: per key, the newest version (the later Kafka timestamp, a record without one older than any with
-  one, then the higher topic, partition and offset) among the versions the table accepted; within a batch only
-  each key's newest version is written (an older one of the same batch is superseded, neither row nor dead
-  letter);
+- replace: per key, the newest version: within one topic-partition the higher offset, whatever the timestamps;
+  between partitions (and topics) the later Kafka timestamp (a record without one older than any with one), a
+  positioned table's source position before it, then the higher topic, partition and offset. Within a batch only
+  each key's newest record is written: the last of each partition, then the newest of those by that order (an
+  older one of the same batch is superseded, neither row nor dead letter);
 - a record the table refuses is a dead letter with dead letters on; with them off its batch fails and commits
   nothing;
 - what a user deleted stays deleted and what a user updated stays updated, until a newer version of its key;
 - a tombstone (deletes) is a version too: it removes its key's row when the row is not newer, and a later
-  upsert of the key lands only when it is newer than the newest tombstone of the key ever committed.
+  upsert of the key lands only when it is newer than the newest tombstone of the key ever committed; offsets_db's
+  deleted keys are each key's newest tombstone;
+- a parsed table (its records encoded as Kafka carries them, read by the production parse) ends with the same
+  rows, dead letters and deleted keys, its rows with each record's amount and time: the model never sees the
+  encoding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 
 from streamfill.connectors.postgres.sink_options import REPLACE
-from tests.checker.scenario import Record, Table, Writer
+from tests.checker.scenario import SEMANTIC_COLUMNS, Record, Table, Writer, version_value
 
 Coordinates = tuple[str, int, int]
 
 
 def rank(stamp: datetime | None, topic: str, partition: int, offset: int, position: int | None = None) -> tuple:
-    """The order of a key's versions (connectors.postgres.sink_options.VERSION_ORDERS): a positioned table's
-    source position first (None for a table without one ranks all alike)."""
+    """The order of a key's versions between partitions (connectors.postgres.sink_options.VERSION_ORDERS): a
+    positioned table's source position first (None for a table without one ranks all alike)."""
     return (position is not None, position or 0, stamp is not None, stamp.timestamp() if stamp else 0.0, topic,
             partition, offset)
+
+
+Version = tuple  # (stamp, topic, partition, offset, position): the arguments of rank
+
+
+def newer(old: Version, new: Version, strict: bool = False) -> bool:
+    """Whether `new` is at least as new as `old` (newer, when strict): within one topic-partition by offset,
+    between partitions by rank (connectors.postgres.versions)."""
+    if old[1:3] == new[1:3]:
+        return old[3] < new[3] if strict else old[3] <= new[3]
+    return rank(*old) < rank(*new) if strict else rank(*old) <= rank(*new)
 
 
 @dataclass
@@ -48,7 +63,7 @@ class Model:
     deleted: set[Coordinates] = field(default_factory=set)  # rows the user deleted (append-new: by offset)
     pruned_dead: dict[int, set[Coordinates]] = field(default_factory=dict)  # dead letters a prune removed
     pruned: bool = False  # offsets_db's history was pruned: each job's committed batches are a recent run of them
-    tombs: dict[str, tuple] = field(default_factory=dict)  # deletes: per key, the rank of its newest tombstone
+    tombs: dict[str, Version] = field(default_factory=dict)  # deletes: per key, its newest tombstone's version
     side: set[tuple] = field(default_factory=set)  # routed: the second table's rows (append-new)
 
     def prune(self) -> None:
@@ -64,10 +79,8 @@ class Model:
         return row["topic"], row["partition"], row["offset"]
 
     @staticmethod
-    def _row_rank(row: dict) -> tuple:
-        position = row.get("source_position")
-        return rank(row["kafka_timestamp"], row["topic"], row["partition"], row["offset"],
-                    None if position is None else int(position))
+    def _row_version(row: dict) -> Version:
+        return row["kafka_timestamp"], row["topic"], row["partition"], row["offset"], row.get("_position")
 
     def refused(self, record: Record) -> bool:
         return self.check_on and not record.tomb and len(record.value) >= 10
@@ -77,8 +90,12 @@ class Model:
         valid = [r for r in records if not r.poison and not r.side]
         if not (self.table.mode == REPLACE and self.table.keyed):
             return valid
-        newest: dict[str, Record] = {}
+        latest: dict[tuple[str, int], Record] = {}  # the last record of each key in each partition
         for r in valid:
+            if (r.key, r.partition) not in latest or latest[(r.key, r.partition)].offset < r.offset:
+                latest[(r.key, r.partition)] = r
+        newest: dict[str, Record] = {}
+        for r in latest.values():
             if r.key not in newest or rank(r.stamp, topic, r.partition, r.offset, r.position) > rank(
                     newest[r.key].stamp, topic, newest[r.key].partition, newest[r.key].offset, newest[r.key].position):
                 newest[r.key] = r
@@ -89,7 +106,8 @@ class Model:
         """Apply one batch; returns the records the table refuses. With dead letters off and a refusal, nothing
         is applied (the batch fails)."""
         attempted = self.attempted(topic, records)
-        refused = [r for r in attempted if self.refused(r)]
+        # an upsert older than its key's recorded delete is left out before it is inserted: nothing refuses it
+        refused = [r for r in attempted if self.refused(r) and not self._under_tomb(topic, r)]
         if refused and not writer.dead_letters:
             return refused
         self.exists = True
@@ -101,7 +119,10 @@ class Model:
             row = {"topic": topic, "partition": r.partition, "offset": r.offset, "kafka_timestamp": r.stamp,
                    "k": r.key, "v": r.value}
             if self.table.positioned:
-                row["source_position"] = None if r.position is None else Decimal(r.position)
+                row[self.table.version_column] = version_value(self.table.version_column, r.position)
+                row["_position"] = r.position
+            if self.table.encoding is not None:
+                row.update(amount=r.amount, at=r.at)
             if evolved:
                 row["extra"] = r.offset if self.table.widens else f"e{r.offset}"
             key = self._key(row)
@@ -110,7 +131,7 @@ class Model:
                 self.rows[key] = {**({"extra": None} if self.extra else {}), **({"by_hand": "h"} if self.by_hand
                                                                                else {}), **row}
                 self.inserts += self.trigger_on
-            elif self.table.mode == REPLACE and self._row_rank(was) <= self._row_rank(row):
+            elif self.table.mode == REPLACE and newer(self._row_version(was), self._row_version(row)):
                 was.update(row)
         dead = self.dead.setdefault(index, set())
         dead |= {(topic, r.partition, r.offset) for r in records if r.poison}
@@ -121,15 +142,20 @@ class Model:
                 ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
         return refused
 
+    def _under_tomb(self, topic: str, r: Record) -> bool:
+        """An upsert no newer than its key's newest recorded tombstone."""
+        return r.key in self.tombs and newer((r.stamp, topic, r.partition, r.offset, r.position), self.tombs[r.key])
+
     def _tombstone(self, topic: str, r: Record) -> bool:
         """Apply a tombstone, or say whether an upsert is older than its key's newest tombstone: True when the
         record changes nothing more."""
-        ranked = rank(r.stamp, topic, r.partition, r.offset, r.position)
+        version = (r.stamp, topic, r.partition, r.offset, r.position)
         if not r.tomb:
-            return r.key in self.tombs and self.tombs[r.key] >= ranked
-        self.tombs[r.key] = max(self.tombs.get(r.key, ranked), ranked)
+            return self._under_tomb(topic, r)
+        if r.key not in self.tombs or newer(self.tombs[r.key], version, strict=True):
+            self.tombs[r.key] = version
         row = self.rows.get((r.key,))
-        if row is not None and self._row_rank(row) <= ranked:
+        if row is not None and newer(self._row_version(row), version):
             del self.rows[(r.key,)]
         return True
 
@@ -166,7 +192,8 @@ class Model:
         return {tuple(row.get(n) for n in names) for row in self.rows.values()}
 
     def columns(self) -> list[str]:
-        return ["topic", "partition", "offset", "kafka_timestamp", *(["source_position"] if self.table.positioned
+        return ["topic", "partition", "offset", "kafka_timestamp", *([self.table.version_column] if self.table.positioned
                                                                      else []), "k", "v",
+                *(SEMANTIC_COLUMNS if self.table.encoding is not None else []),
                 *(["extra"] if self.extra else []),
                 *(["by_hand"] if self.by_hand else [])]

@@ -1,6 +1,7 @@
 """`make soak SECONDS=3600`: new seeds until the time is up, against a PostgreSQL of the soak's own (the local
-stack's binaries; `streamfill stack up` installs them). Prints each failing seed with its scenario (add it to
-tests/integration/test_checker.py's REGRESSIONS), then the count of runs, faults and checked offsets; exits 1
+stack's binaries; `streamfill stack up` installs them), and a local SparkSession started when a drawn scenario
+first parses its records. Prints each failing seed with its scenario (add it to tests/checker/regressions.py),
+then the count of runs, faults and checked offsets and of the runs read through the parse, by encoding; exits 1
 when any run broke an invariant."""
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def main(argv: list[str]) -> int:
     seed = first = args.first_seed if args.first_seed is not None else random.SystemRandom().randrange(10**6, 10**9)
     settings = Settings()
     tally, failed = Tally(), []
+    sessions: list = []  # the SparkSession parsed tables are read in, started when a drawn scenario first needs it
+
+    def spark():
+        if not sessions:
+            from streamfill.cli.stack.spark import Spark
+            from streamfill.spark_jobs.session import spark_session
+
+            Spark(settings).prepare()
+            sessions.append(spark_session("streamfill-soak", settings, {
+                "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}))
+        return sessions[0]
     print(f"soak: seeds from {seed} " + (f"({args.seeds})" if args.seeds else f"for {args.seconds:.0f} s"),
           flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop its PostgreSQL and report
@@ -41,7 +53,7 @@ def main(argv: list[str]) -> int:
             while (time.monotonic() < deadline) if args.seeds is None else (tally.runs + len(failed) < args.seeds):
                 try:
                     Run(draw(seed), postgres, f"t_{uuid.uuid4().hex[:10]}", None if args.without_kafka else settings,
-                        tally=tally).run()
+                        tally=tally, spark=spark).run()
                 except Violation as exc:
                     failed.append(seed)
                     print(f"VIOLATION at seed {seed}: {exc}", flush=True)
@@ -50,9 +62,13 @@ def main(argv: list[str]) -> int:
                           flush=True)
                 seed += 1
     finally:
+        for session in sessions:
+            session.stop()
         print(f"soak: {tally.runs} runs (seeds {first} to {seed - 1}), {tally.faults} faults injected, "
               f"{tally.batches} batches committed, {tally.offsets:,} committed offsets checked, {len(failed)} "
               "violations" + (f" (seeds {', '.join(map(str, failed))})" if failed else ""), flush=True)
+        for drawn, runs in sorted(tally.encodings.items()):
+            print(f"soak: {runs} runs read through the parse, {drawn}", flush=True)
     return 1 if failed else 0
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
 import urllib.parse
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -478,3 +479,272 @@ def test_a_dropped_pipeline_gets_dags_its_replay_passes_its_suite_and_a_broken_r
     failing = [(e["expectation_type"], e["kwargs"].get("column")) for e in stored[1][1]["expectations"]
                if not e["success"]]
     assert failing == [("expect_column_values_to_be_between", "reading")]
+
+
+@pytest.fixture
+def second_database(stack_settings, topic_name):
+    """A second PostgreSQL connection: a database of its own on the stack's server, offsets_db migrated there, as
+    the Airflow connection `<topic>_b` (AIRFLOW_CONN_*); dropped at the end."""
+    from sqlalchemy import create_engine, make_url
+
+    from streamfill.cli.stack.postgres import admin_url
+    from streamfill.offsets_db.migrate import upgrade
+    from streamfill.orchestration.connections import postgres_connection
+
+    name = f"{topic_name}_b"
+    admin = create_engine(admin_url(stack_settings), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" OWNER "{stack_settings.db_user}"'))
+    url = make_url(stack_settings.offsets_db_url).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url, pool_pre_ping=True)
+    try:
+        upgrade(url)
+        yield name, url, engine, {f"AIRFLOW_CONN_{name.upper()}": json.dumps(postgres_connection(url))}
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+BY_HAND_DAG = '''\
+"""A DAG of a team's own (airflow DAG), from streamfill's operators: per entry, a range backfilled into a table, then
+a sensor until the backfill's commits cover the offsets produced, then the entry's quality suite."""
+from airflow.sdk import DAG
+
+from streamfill.orchestration.backfill_operator import StreamfillBackfillOperator
+from streamfill.orchestration.committed_through_sensor import CommittedThroughSensor
+from streamfill.orchestration.quality_operator import StreamfillQualityOperator
+
+# paused: the stack's scheduler would otherwise queue the test run's tasks to its own workers too
+with DAG("{dag_id}", schedule=None, catchup=False, is_paused_upon_creation=True):
+    for entry, postgres, produced in {entries!r}:
+        filled = StreamfillBackfillOperator(task_id=f"backfill_{{entry}}", entry=entry, from_="earliest",
+                                            to="latest", table=f"{{entry}}_by_hand")
+        through = CommittedThroughSensor(task_id=f"committed_{{entry}}", job=filled.output, offsets=produced,
+                                         postgres_conn_id=postgres, poke_interval=1)
+        checked = StreamfillQualityOperator(task_id=f"quality_{{entry}}", entry=entry, job=filled.output,
+                                            table=f"{{entry}}_by_hand")
+        filled >> through >> checked
+'''
+
+
+def test_a_dag_written_by_hand_backfills_waits_for_the_commits_and_checks_quality_on_two_databases(
+        stack_settings, bootstrap, db, topic_name, second_database, tmp_path):
+    """Two entries of one topic, one on the default PostgreSQL connection and one naming another
+    (`postgres_conn_id` in its entry): each entry's rows, offsets_db history and quality verdict land in its own
+    database, exactly once. The DAG file sits in the DAG folder for the test's length, as a team's would."""
+    from streamfill import REPO_ROOT
+    from streamfill.orchestration.offsets_hook import StreamfillOffsetsHook
+    from streamfill.spark_jobs.backfill_args import backfill_job
+
+    second, second_url, second_db, conn_env = second_database
+    a, b = f"{topic_name}_a", f"{topic_name}_b"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(f"""\
+        jobs:
+          {a}:
+            topic: {topic_name}
+            table: {a}_events
+{ORDERS_COLUMNS}          {b}:
+            topic: {topic_name}
+            table: {b}_events
+            postgres_conn_id: {second}
+{ORDERS_COLUMNS}    """))
+    sent = timed_events(bootstrap, topic_name, [int(time.time() * 1000) - 60_000 + i for i in range(40)])
+    ends = end_offsets(bootstrap, topic_name)
+    last = {topic_name: {str(p): o - 1 for p, o in ends.items()}}
+    dag_id = f"by_hand_{topic_name}"
+    dag_file = REPO_ROOT / "dags" / f"{dag_id}.py"
+    dag_file.write_text(BY_HAND_DAG.format(dag_id=dag_id, entries=[(a, "streamfill_postgres", last),
+                                                                   (b, second, last)]))
+    try:
+        done = airflow(stack_settings, "dags", "test", dag_id, "-f", str(dag_file), jobs=jobs, env_extra=conn_env)
+    finally:
+        dag_file.unlink()
+        try:
+            AirflowApi(stack_settings).call("DELETE", f"/api/v2/dags/{dag_id}")
+        except Exception:  # noqa: BLE001 - a DAG Airflow never recorded
+            pass
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    assert out.count("[DAG TEST] running trigger in line") == 2, out[-6000:]  # the sensors deferred
+
+    good = {json.loads(v)["event_id"] for v, bad, _ in sent if not bad}
+    for entry, engine, url in ((a, db, stack_settings.offsets_db_url), (b, second_db, second_url)):
+        other = second_db if engine is db else db
+        table, job = f"{entry}_by_hand", backfill_job(entry, "earliest", "latest", f"{entry}_by_hand")
+        assert {r[0] for r in query(engine, f'SELECT event_id FROM "{table}"')} == good
+        assert query(other, "SELECT to_regclass(:t) IS NULL", t=table) == [(True,)]  # nothing in the other database
+        assert query(other, "SELECT count(*) FROM jobs WHERE name = :j", j=job) == [(0,)]
+        assert query(engine, "SELECT q.success, q.table_name FROM quality_results q JOIN jobs j ON j.id = q.job_id "
+                             "WHERE j.name = :j", j=job) == [(True, table)]
+        for p, end in ends.items():  # exactly once: rows + dead letters = offsets, per partition
+            rows = query(engine, f'SELECT count(*) FROM "{table}" WHERE partition = :p', p=p)[0][0]
+            dead = query(engine, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id "
+                                 "WHERE j.name = :j AND d.partition = :p", j=job, p=p)[0][0]
+            assert rows + dead == end, f"{entry} partition {p}: {rows} rows + {dead} dead letters != {end} offsets"
+
+        # what a team's own task asks the hook: the job's position, lag, dead letters and history
+        hook = StreamfillOffsetsHook(url=url)
+        try:
+            assert hook.position(job) == {(topic_name, p): o for p, o in ends.items()}
+            assert set(hook.lag(job).values()) <= {0}
+            assert hook.dead_letter_count(job) == sum(bad for _, bad, _ in sent)
+            assert {(d["partition"], d["offset"], d["raw_value"]) for d in hook.dead_letters(job)} == set(query(
+                engine, 'SELECT d.partition, d."offset", d.raw_value FROM dead_letters d JOIN jobs j ON '
+                        "j.id = d.job_id WHERE j.name = :j", j=job))
+            history = hook.history(job)
+            assert history and sum(r["offsets"] for r in history) == sum(ends.values())
+            assert hook.last_commit(job) is not None
+        finally:
+            hook.close()
+
+
+def test_a_launch_refused_by_its_job_fails_the_airflow_task_without_a_retry(stack_settings):
+    """spark-submit carries the job's exit code: a refused launch (here: an entry the jobs file does not have)
+    ends with the refusal's code, which the task raises as AirflowFailException."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamfill.orchestration.endpoints import Endpoints
+    from streamfill.orchestration.spark_submit import spark_submit
+    from streamfill.spark_jobs.backfill_args import BackfillArgs
+    from streamfill.spark_jobs.job_flags import argv
+
+    ends = Endpoints(stack_settings.offsets_db_url, {"bootstrap.servers": stack_settings.bootstrap_servers},
+                     "local[1]")
+    with pytest.raises(AirflowFailException, match=r"backfill.py refused to run \(exit code 78\)"):
+        spark_submit("backfill.py", argv(BackfillArgs, job="refused_job", topic="t", from_="earliest", to="latest",
+                                         pipeline="no_such_entry"), ends)
+
+
+def test_a_broken_entry_is_one_import_error_while_the_other_entries_dags_stay_scheduled(api, stack_settings,
+                                                                                        topic_name):
+    """Issue 55's "a broken entry shows as one import error while the other entries' DAGs run": a jobs.d file with
+    a sound entry and one whose cron has a field missing, parsed by the stack's Airflow. Airflow takes every DAG of
+    a file with an import error off the schedule (stale, has_import_errors): the sound entry's DAGs and the stack's
+    own stay what its scheduler runs, and the one import error names the broken entry, its field, value and fix."""
+    broken = f"{topic_name}_typo"
+    with dropped_file(stack_settings, topic_name, f"""\
+        jobs:
+          {topic_name}:
+            topic: {topic_name}
+            table: {topic_name}_events
+{ORDERS_COLUMNS}
+          {broken}:
+            topic: {broken}
+            table: {broken}_events
+            schedule: "0 * * *"
+{ORDERS_COLUMNS}    """):
+        errors = api.call("GET", "/api/v2/importErrors?limit=100")["import_errors"]
+        assert [e["filename"] for e in errors if broken in e["stack_trace"]] == ["streamfill_broken_entries.py"], \
+            errors
+        (said,) = [e["stack_trace"] for e in errors if broken in e["stack_trace"]]
+        assert f"job '{broken}': schedule = '0 * * *': is not a cron schedule Airflow accepts" in said, said
+        assert "use five fields (minute hour day-of-month month day-of-week)" in said, said
+        assert not [e for e in errors if e["filename"] == "streamfill_dags.py"], errors
+        for dag in (*dag_ids.of_entry(topic_name, True), dag_ids.REPLAY, dag_ids.stream("orders")):
+            found = api.call("GET", f"/api/v2/dags/{dag}")  # what the scheduler asks before it runs a DAG
+            assert (found["is_stale"], found["has_import_errors"]) == (False, False), found
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            api.call("GET", f"/api/v2/dags/{dag_ids.stream(broken)}")
+        assert missing.value.code == 404
+    assert not [e for e in api.call("GET", "/api/v2/importErrors?limit=100")["import_errors"]
+                if broken in e["stack_trace"]]
+
+
+def _task_processes(run_id: str) -> list[int]:
+    """Processes working for an Airflow run's task (a task's process exports AIRFLOW_CTX_DAG_RUN_ID)."""
+    mine = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"AIRFLOW_CTX_DAG_RUN_ID={run_id}".encode() in (proc / "environ").read_bytes():
+                    mine.append(int(proc.name))
+            except OSError:
+                continue
+    return mine
+
+
+@pytest.mark.fault
+def test_a_stream_on_spark_connect_runs_apart_from_its_task_which_defers_and_restarts_it_after_a_kill(
+        api, bootstrap, db, stack_settings, topic_name):
+    """An entry whose Spark connection is the stack's Spark Connect server: the stream's driver runs there, the
+    task defers to its supervision on the triggerer (no worker slot, no task process) while the stream commits;
+    the query killed, the supervision starts it again within a minute and it goes on where offsets_db says,
+    each record once; stopped on request, its batch in flight commits and the task ends."""
+    job = topic_name
+    body = f"""\
+        jobs:
+          {job}:
+            topic: {topic_name}
+            columns:
+              id: {{type: string, required: true}}
+              n:  {{type: int, min: 0}}
+            table: {topic_name}
+            trigger: 1s
+            spark_conn_id: streamfill_spark_connect
+        """
+    ensure_topic(bootstrap, topic_name, 2)
+
+    def send(start: int, end: int) -> None:
+        produce_records(bootstrap, topic_name, [
+            {"value": json.dumps({"id": f"r{i}", "n": -1 if i % 25 == 0 else i}).encode(), "partition": i % 2}
+            for i in range(start, end)])
+
+    def landed(total: int) -> bool:
+        rows = query(db, f'SELECT count(*) FROM "{topic_name}"')[0][0]
+        dead = query(db, "SELECT count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE j.name = :j",
+                     j=job)[0][0]
+        return rows + dead >= total
+
+    def wait(what, timeout: float, message: str):
+        deadline = time.monotonic() + timeout
+        while not what():
+            assert time.monotonic() < deadline, message
+            time.sleep(1)
+
+    # the dropped file is a jobs.d file of the checkout's jobs file: the command finds the entry there
+    stop = [str(Path(sys.executable).parent / "streamfill"), "stream", "--job", job, "--stop"]
+    send(0, 400)
+    with dropped_file(stack_settings, job, body):
+        dag = dag_ids.stream(job)
+        api.set_paused(dag, False)
+        try:
+            run_id = api.trigger(dag, {})
+            ti = f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances"
+            wait(lambda: api.call("GET", ti)["task_instances"][0]["state"] == "deferred", 300,
+                 "the stream task never deferred to its supervision")
+            wait(lambda: landed(400), 180, "the detached stream did not land the first records")
+            assert _task_processes(run_id) == [], "no Airflow process works for the deferred task"
+            first = query(db, "SELECT r.id, l.pid FROM runs r JOIN jobs j ON j.id = r.job_id JOIN job_leases l ON "
+                              "l.job_id = j.id WHERE j.name = :j AND r.airflow_run_id = :r ORDER BY r.id DESC "
+                              "LIMIT 1", j=job, r=run_id)[0]
+            send(400, 600)
+            wait(lambda: landed(600), 120, "the detached stream stopped committing while its task was deferred")
+
+            os.kill(first[1], signal.SIGKILL)  # the query's source on the Spark Connect server: the query fails
+            killed = time.monotonic()
+            wait(lambda: query(db, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j "
+                                   "AND r.airflow_run_id = :r AND r.id > :first", j=job, r=run_id,
+                               first=first[0])[0][0] > 0, 240, "the supervision never started the stream again")
+            send(600, 1000)
+            wait(lambda: landed(1000), 180, "the restarted stream did not go on")
+            restarted_in = query(db, "SELECT min(r.started_at) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE "
+                                     "j.name = :j AND r.id > :first", j=job, first=first[0])[0][0]
+            assert api.call("GET", ti)["task_instances"][0]["state"] == "deferred"
+            assert restarted_in is not None and time.monotonic() - killed < 240
+            stopped = subprocess.run(stop, capture_output=True, text=True)
+            assert f"stream {job}: stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+            assert api.wait(dag, run_id, timeout=180) == "success", "a stream stopped on request ends its task"
+        finally:
+            subprocess.run(stop, capture_output=True)  # whatever failed above, no query is left running
+            api.set_paused(dag, True)
+    ends = dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j", j=job))
+    rows = dict(query(db, f'SELECT partition, count(*) FROM "{topic_name}" GROUP BY 1'))
+    dead = dict(query(db, "SELECT d.partition, count(*) FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE "
+                          "j.name = :j GROUP BY 1", j=job))
+    twice = query(db, f'SELECT count(*) FROM (SELECT partition, "offset" FROM "{topic_name}" GROUP BY 1, 2 HAVING '
+                      "count(*) > 1) AS d")[0][0]
+    assert ends == {0: 500, 1: 500} and twice == 0
+    assert {p: rows.get(p, 0) + dead.get(p, 0) for p in ends} == ends, "rows + dead letters = offsets, per partition"

@@ -119,8 +119,9 @@ def their_airflow(stack_settings, tmp_path_factory):
     assert set(read(jobs_file)) == set(teams.values())
     dags_folder = root / "dags"
     dags_folder.mkdir()
+    for name in ("streamfill_dags.py", "streamfill_broken_entries.py"):  # the two files a team adds
+        (dags_folder / name).write_text((REPO_ROOT / "dags" / name).read_text())
     dag_file = dags_folder / "streamfill_dags.py"
-    dag_file.write_text((REPO_ROOT / "dags" / "streamfill_dags.py").read_text())  # the one file a team adds
     passwords = {user: secrets.token_urlsafe(16) for user in ("admin", *teams)}
     grants = {"admin": None, **{user: team_grants(name) for user, name in teams.items()}}
 

@@ -184,8 +184,9 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(spark, 
                                                                           topic_name, tmp_path):
     valid, bad = demo_topic(bootstrap, topic_name, 6000, 0.02)
     job, table = f"{topic_name}-term", f"{topic_name}_term"
+    grace = 6.0
     base = ["stream", "--job", job, "--topic", topic_name, "--table", table, "--max-offsets-per-trigger", "300",
-            "--checkpoint", str(tmp_path / "ckpt")]
+            "--checkpoint", str(tmp_path / "ckpt"), "--stop-grace", f"{grace:g}s"]
     with receiver() as lineage:
         parent = "airflow-ns/some_dag.some_task/01968a5c-0000-7000-8000-000000000001"
         proc = cli(*base, "--trigger", "3s", env={**lineage.env, "OPENLINEAGE_PARENT_ID": parent})
@@ -196,10 +197,25 @@ def test_sigterm_ends_the_stream_between_batches_and_a_restart_continues(spark, 
                 and time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()[0]
             time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)  # to the driver process only, as `kill PID` does
+        # a colleague's transaction holds the launch's run row, so recording its end waits past the stop's grace:
+        # once the query has stopped, the launch shuts down however long that takes, never cut by the grace
+        with db.connect() as colleague:
+            colleague.execute(text("SELECT 1 FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = :j "
+                                   "FOR NO KEY UPDATE OF r"), {"j": job})
+            holder = colleague.execute(text("SELECT pg_backend_pid()")).scalar()
+            proc.send_signal(signal.SIGTERM)  # to the driver process only, as `kill PID` does
+            graced = time.monotonic() + grace
+            while not query(db, "SELECT count(*) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid)) "
+                                "AND query ILIKE 'UPDATE %runs%'", holder=holder)[0][0]:
+                assert proc.poll() is None and time.monotonic() < graced, \
+                    "the batch in flight commits within the grace"
+                time.sleep(0.2)
+            with pytest.raises(subprocess.TimeoutExpired):  # the launch outlives its grace, waiting for the row
+                proc.wait(graced + 2 - time.monotonic())
+            colleague.rollback()
         code, out = finish(proc, 300)
     assert code == 0, out
-    assert f"stream {job} stopped" in out
+    assert f"stream {job} stopped" in out and "did not commit" not in out
     # nothing half-done: every planned batch committed, the table holds exactly what they read
     pending = query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
                         "AND committed_at IS NULL", j=job)

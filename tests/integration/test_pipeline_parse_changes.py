@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import fastavro
 import pytest
@@ -21,6 +22,8 @@ from streamfill.spark_jobs.pipelines.typed_in_read import reader_options
 from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).parents[1] / "data"  # events and keys as the software that writes them documents them
 
 KAFKA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 
@@ -210,8 +213,17 @@ def test_unmatched_records_go_to_the_table_the_route_names(spark):
         ("other_events", None, None, None, None, "amount below min 0: -3")]
 
 
+# as Confluent's AvroConverter writes Debezium's schemas: Connect's Decimal a decimal logical type, Debezium's
+# semantic types a `connect.name` beside the Avro type
+AVRO_PRICE = {"type": "bytes", "scale": 2, "precision": 10, "connect.version": 1, "logicalType": "decimal",
+              "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+              "connect.name": "org.apache.kafka.connect.data.Decimal"}
+AVRO_CREATED = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}
 AVRO_ROW = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"},
-                                                          {"name": "sku", "type": ["null", "string"], "default": None}]}
+                                                          {"name": "sku", "type": ["null", "string"], "default": None},
+                                                          {"name": "price", "type": ["null", AVRO_PRICE], "default": None},
+                                                          {"name": "created", "type": ["null", AVRO_CREATED],
+                                                           "default": None}]}
 AVRO_EVENT = {"type": "record", "name": "Envelope", "namespace": "pg.public.stock", "fields": [
     {"name": "before", "type": ["null", AVRO_ROW], "default": None},
     {"name": "after", "type": ["null", "Value"], "default": None},
@@ -239,14 +251,16 @@ def test_avro_debezium_events_through_the_registry_take_their_columns_from_after
                          key=["id"], deletes="tombstone")
     spec = registry.resolved(entry, stack_settings.schema_registry())
     assert {n: (str(c.column_type), c.required) for n, c in spec.columns.items()} == {
-        "id": ("int", True), "sku": ("string", False)}
+        "id": ("int", True), "sku": ("string", False), "price": ("decimal(10,2)", False),
+        "created": ("timestamp", False)}
 
     def change(op: str, before: dict | None, after: dict | None, lsn: int) -> bytes:
         return wire(value_id, AVRO_EVENT, {"before": before, "after": after, "source": {"lsn": lsn}, "op": op,
                                            "ts_ms": None})
 
+    created = {"price": Decimal("30.50"), "created": 1529507596945104}
     rows = parsed(spark, spec, [
-        (wire(key_id, AVRO_KEY, {"id": 1}), change("r", None, {"id": 1, "sku": "a"}, 5)),
+        (wire(key_id, AVRO_KEY, {"id": 1}), change("r", None, {"id": 1, "sku": "a", **created}, 5)),
         (wire(key_id, AVRO_KEY, {"id": 1}), change("u", {"id": 1, "sku": "a"}, {"id": 1, "sku": None}, 9)),
         (wire(key_id, AVRO_KEY, {"id": 1}), change("d", {"id": 1, "sku": None}, None, 12)),
         (wire(key_id, AVRO_KEY, {"id": 1}), None),  # the key decoded by its schema id
@@ -255,5 +269,159 @@ def test_avro_debezium_events_through_the_registry_take_their_columns_from_after
     assert pick(rows, SOURCE_POSITION, "id", "sku", DELETE_COLUMN) == [
         (Decimal(5), 1, "a", False), (Decimal(9), 1, None, False), (Decimal(12), 1, None, True),
         (None, 1, None, True), (None, None, None, False)]
+    assert (rows[0]["price"], rows[0]["created"]) == (Decimal("30.50"), datetime(2018, 6, 20, 15, 13, 16, 945104))
     assert (rows[4]["_error"], rows[4]["_raw"]) == (
         "value is not in Confluent's wire format (no zero magic byte and schema id)", b"not avro")
+
+    # keys as Confluent's Avro serializer writes a string and a long (tests/data/keys/keys.json)
+    avro_keys = [k for k in json.loads((DATA / "keys" / "keys.json").read_text())["keys"] if "datum_hex" in k]
+    tombstones = []
+    for n, k in enumerate(avro_keys):
+        schema_id = client.register_schema(f"{topic_name}-key{n}", Schema(k["schema"], "AVRO"))
+        tombstones.append((b"\0" + schema_id.to_bytes(4, "big") + bytes.fromhex(k["datum_hex"]), None))
+    customers = PipelineSpec(name=topic_name, topic=topic_name, table=topic_name, format="avro", schema_registry={},
+                             key=["id"], mode="replace", deletes="tombstone",
+                             columns={"id": {"type": "string"}, "name": {"type": "string"}})
+    assert pick(parsed(spark, customers, tombstones), "id", DELETE_COLUMN, "_error") == [
+        (str(k["means"]), True, None) for k in avro_keys]
+
+
+def documented(connector: str, name: str) -> bytes:
+    """A Kafka record's key or value as Debezium's documentation shows it (tests/data/debezium/README.md)."""
+    return (DATA / "debezium" / connector / f"{name}.json").read_bytes()
+
+
+def schemaless(record: bytes) -> bytes:
+    """The same record through JsonConverter with schemas.enable=false: the payload alone."""
+    return json.dumps(json.loads(record)["payload"]).encode()
+
+
+ORDERS = {"name": "orders", "topic": "PostgreSQL_server.public.orders", "table": "orders", "format": "debezium",
+          "key": ["id"], "deletes": "tombstone",
+          "columns": {"id": {"type": "bigint"}, "price": {"type": "decimal(10,2)", "required": True},
+                      "created": {"type": "timestamp"}, "shipped": {"type": "date"}, "updated": {"type": "timestamp"}}}
+
+
+def test_debezium_postgresql_events_land_with_the_source_values_from_their_schema_or_the_entrys_modes(spark):
+    """The issue's table: NUMERIC(10,2) 30.50 as "C+o=" (Decimal), TIMESTAMP as MicroTimestamp, DATE as Date,
+    TIMESTAMPTZ as ZonedTimestamp, through JsonConverter with schemas and, without them, read by the entry's
+    connector settings."""
+    key = documented("postgresql", "orders_key")
+    events = [documented("postgresql", f"orders_{op}") for op in ("create", "update", "delete")]
+    landed = [
+        (Decimal(24023128), 7, Decimal("30.50"), datetime(2018, 6, 20, 15, 13, 16, 945104), date(2018, 6, 20),
+         datetime(2018, 6, 20, 13, 37, 3), False, None),
+        (Decimal(24023200), 7, Decimal("1275.00"), datetime(2018, 6, 20, 15, 13, 16, 945104), date(2018, 6, 20),
+         datetime(2018, 6, 21, 8, 0, 0, 500000), False, None),
+        (Decimal(24023300), 7, None, None, None, None, True, None),
+        (None, 7, None, None, None, None, True, None),  # Debezium's tombstone after the delete
+    ]
+    columns = (SOURCE_POSITION, "id", "price", "created", "shipped", "updated", DELETE_COLUMN, "_error")
+    with_schema = parsed(spark, PipelineSpec.model_validate(ORDERS), [*((key, e) for e in events), (key, None)])
+    assert pick(with_schema, *columns) == landed
+    settings = {"decimal.handling.mode": "precise", "time.precision.mode": "adaptive",
+                "semantic.types": {"created": "MicroTimestamp", "updated": "ZonedTimestamp"}}
+    without = PipelineSpec.model_validate({**ORDERS, "debezium": settings})
+    rows = parsed(spark, without, [*((schemaless(key), schemaless(e)) for e in events), (schemaless(key), None),
+                                   (None, schemaless(events[0]).replace(b'"C+o="', b'"C+o"'))])
+    assert pick(rows, *columns)[:4] == landed
+    assert rows[4]["_error"] == ("price (org.apache.kafka.connect.data.Decimal, scale 2) cannot be decoded: C+o is "
+                                 "not base64"), "a value that does not decode names its column, type and value"
+
+
+PEOPLE = {"name": "people", "topic": "server1.inventory.customers", "table": "people", "format": "debezium",
+          "key": ["id"], "deletes": "tombstone",
+          "columns": {"id": {"type": "bigint"}, "first_name": {"type": "string", "required": True},
+                      "last_name": {"type": "string"}, "email": {"type": "string"}}}
+
+
+def test_debezium_events_of_each_documented_connector_land_with_and_without_their_schema(spark):
+    """PostgreSQL, MySQL and SQL Server in one entry (each event's position by its connector), Oracle's upper-case
+    columns, MongoDB's documents as Extended JSON text and its delete that only the Kafka key names."""
+    def each(connector: str, *names: str, key: bytes | None = None) -> list[tuple]:
+        wrapped = [(key or documented(connector, "key"), documented(connector, n)) for n in names]
+        return [*wrapped, *((schemaless(k), schemaless(v)) for k, v in wrapped)]
+
+    records = [*each("postgresql", "create", "update", "delete"), *each("mysql", "create", "update", "delete"),
+               *each("sqlserver", "create", "update", "delete")]
+    tombstones = [(documented(c, "key"), None) for c in ("postgresql", "mysql", "sqlserver")]
+    rows = parsed(spark, PipelineSpec.model_validate(PEOPLE), records + tombstones)
+    assert [r["_error"] for r in rows] == [None] * len(rows)
+
+    def lsn(text: str) -> Decimal:  # SQL Server's commit_lsn, read as the number its hex parts write
+        return Decimal(int(text.replace(":", ""), 16))
+
+    anne = ("Anne", "Kretchmar", "annek@noanswer.org")
+    postgresql = [(Decimal(24023128), 1, *anne, False), (Decimal(24023128), 1, "Anne Marie", *anne[1:], False),
+                  (Decimal(46523128), 1, None, None, None, True)]
+    mysql = [(None, 1004, *anne, False), (None, 1004, "Anne Marie", *anne[1:], False),
+             (None, 1004, None, None, None, True)]  # no position of one number: Kafka's order
+    sqlserver = [(lsn("00000027:00000758:0005"), 1005, "john", "doe", "john.doe@example.org", False),
+                 (lsn("00000027:00000ac0:0007"), 1005, "john", "doe", "noreply@example.org", False),
+                 (lsn("00000027:00000db0:0007"), 1005, None, None, None, True)]
+    tombstoned = [(None, 1, None, None, None, True), (None, 1001, None, None, None, True),
+                  (None, 1004, None, None, None, True)]  # each documented key (the docs' ids differ)
+    assert pick(rows, SOURCE_POSITION, "id", "first_name", "last_name", "email", DELETE_COLUMN) == [
+        *postgresql * 2, *mysql * 2, *sqlserver * 2, *tombstoned]
+
+    oracle = PipelineSpec.model_validate({
+        **PEOPLE, "position": "source.scn", "columns": {
+            "id": {"type": "bigint", "field": "ID"}, "first_name": {"type": "string", "field": "FIRST_NAME"},
+            "last_name": {"type": "string", "field": "LAST_NAME"}, "email": {"type": "string", "field": "EMAIL"}}})
+    rows = parsed(spark, oracle, each("oracle", "create", "update", "delete"))
+    assert pick(rows, SOURCE_POSITION, "id", "email", DELETE_COLUMN, "_error")[:3] == [
+        (Decimal(2122185), 1004, "annek@noanswer.org", False, None),
+        (Decimal(2125544), 1004, "anne@example.com", False, None), (Decimal(2122184), 1004, None, True, None)]
+    assert [r["_error"] for r in rows] == [None] * 6
+
+    mongo = PipelineSpec.model_validate({**PEOPLE, "columns": {**PEOPLE["columns"], "id": {"type": "bigint",
+                                                                                            "field": "_id"}}})
+    without_pre_image = json.loads(documented("mongodb", "delete"))
+    del without_pre_image["payload"]["before"]  # capture.mode change_streams: the delete names its key only
+    key = documented("mongodb", "key")
+    rows = parsed(spark, mongo, [*each("mongodb", "create", "update", "delete"),
+                                 (key, json.dumps(without_pre_image).encode()), (key, None)])
+    assert pick(rows, SOURCE_POSITION, "id", "first_name", "email", DELETE_COLUMN, "_error") == [
+        (None, 1004, "Anne", "annek@noanswer.org", False, None),
+        (None, 1004, "Anne Marie", "annek@noanswer.org", False, None), (None, 1004, None, None, True, None),
+    ] * 2 + [(None, 1004, None, None, True, None)] * 2
+
+
+def test_a_tombstone_key_is_read_as_its_serializer_wrote_it(spark):
+    """A JSON string key is its string, a JSON number its number, JsonConverter's envelope its payload, plain text
+    itself; a key that names no row is a dead letter saying why (tests/data/keys/keys.json)."""
+    keys = json.loads((DATA / "keys" / "keys.json").read_text())["keys"]
+    texts = [k for k in keys if "key" in k]
+    spec = PipelineSpec(name="c", topic="c", table="c", key=["id"], mode="replace", deletes="tombstone",
+                        columns={"id": {"type": "string"}, "name": {"type": "string"}})
+    rows = parsed(spark, spec, [(k["key"], None) for k in texts] + [
+        ("1.50", None), ("null", None), ("[1, 2]", None), (b"\0\0\0\0\x05\x04c7", None)])
+    assert pick(rows, "id", DELETE_COLUMN, "_error") == [
+        *((str(k["means"]["id"] if isinstance(k["means"], dict) else k["means"]), True, None) for k in texts),
+        ("1.50", True, None),  # a number's text as written
+        (None, False, "tombstone key is JSON null, which names no row"),
+        (None, False, "tombstone key is a JSON array, which names no row: [1, 2]"),
+        (None, False, "tombstone key is Avro in Confluent's wire format (schema id 5); an entry reads such keys "
+                      "with schema_registry"),
+    ]
+
+
+def test_a_position_in_the_row_reads_before_for_a_delete_and_after_for_the_others(spark):
+    for path in ("after.version", "before.version"):
+        spec = INVENTORY.model_copy(update={"position": path})
+        rows = parsed(spark, spec, [(None, event("c", None, {"id": 1, "sku": "a", "version": 3})),
+                                    (None, event("u", {"id": 1, "version": 3}, {"id": 1, "sku": "b", "version": 4})),
+                                    (None, event("d", {"id": 1, "version": 5}, None))])
+        assert pick(rows, SOURCE_POSITION, "id", DELETE_COLUMN, "_error") == [
+            (Decimal(3), 1, False, None), (Decimal(4), 1, False, None), (Decimal(5), 1, True, None)], path
+
+
+def test_a_delete_keeps_the_version_column_of_its_row_image(spark):
+    """`version: <column>` orders a key's versions between partitions: a `d` event's `before` gives its own."""
+    spec = PipelineSpec(name="inventory", topic="pg.public.inventory", table="inventory", format="debezium",
+                        position="none", version="version", key=["id"],
+                        columns={"id": {"type": "bigint"}, "sku": {"type": "string"}, "version": {"type": "bigint"}})
+    rows = parsed(spark, spec, [(None, event("c", None, {"id": 1, "sku": "a", "version": 3})),
+                                (None, event("d", {"id": 1, "sku": "a", "version": 5}, None))])
+    assert pick(rows, "id", "sku", "version", DELETE_COLUMN, "_error") == [(1, "a", 3, False, None),
+                                                                          (1, None, 5, True, None)]

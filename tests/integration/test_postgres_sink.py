@@ -79,6 +79,40 @@ def test_append_new_keeps_existing_rows_and_replace_upserts(spark, db):
         "a write without a job drops its staging table"
 
 
+def test_within_a_partition_the_later_offset_wins_whatever_the_producers_clock_says(spark, db):
+    """Offsets 0-3 of one partition, the producer's clock going back 5 s between them: the newer c7 lands and the
+    tombstone of c8 deletes it, in one write, in two, and after a replay of the range. Between partitions the
+    later timestamp wins, or the versionColumn where one is named."""
+    at = dt.datetime(2026, 12, 7, 10, 0, 5)
+    back = at - dt.timedelta(seconds=5)
+    schema = "topic string, partition int, offset long, kafka_timestamp timestamp, id string, v string, " \
+             "seq long, _delete boolean"
+    rows = [("t", 0, 0, at, "c7", "old", 1, False), ("t", 0, 1, back, "c7", "new", 2, False),
+            ("t", 0, 2, at, "c8", "old", 1, False), ("t", 0, 3, back, "c8", None, 2, True),
+            # c9 in two partitions: the later timestamp wins, whatever the offsets; seq says otherwise
+            ("t", 0, 4, at, "c9", "p0 later", 1, False), ("t", 1, 9, back, "c9", "p1 earlier", 2, False)]
+    tables = {k: f"clocks_{k}_{uuid.uuid4().hex[:8]}" for k in ("once", "split", "seq")}
+
+    def put(table, picked, **options):
+        write(spark.createDataFrame(picked, schema), table, keyColumns="id", mode="replace", deletes="true",
+              **options)
+
+    def rows_of(table):
+        with db.connect() as conn:
+            return dict(conn.execute(text(f'SELECT id, v FROM "{table}"')).all())
+
+    put(tables["once"], rows)
+    put(tables["split"], rows[0::2])
+    put(tables["split"], rows[1::2])
+    put(tables["split"], rows)  # a replay of the whole range changes nothing
+    for table in (tables["once"], tables["split"]):
+        assert rows_of(table) == {"c7": "new", "c9": "p0 later"}, table
+    put(tables["seq"], rows, versionColumn="seq")
+    assert rows_of(tables["seq"]) == {"c7": "new", "c9": "p1 earlier"}
+    with pytest.raises(Exception, match="versionColumn.*is not a column of the DataFrame"):
+        put(tables["seq"], rows, versionColumn="nope")
+
+
 def test_values_survive_the_trip_through_copy(spark, db):
     table = f"types_{uuid.uuid4().hex[:8]}"
     ts = dt.datetime(2026, 11, 22, 10, 30, 15, 123456)

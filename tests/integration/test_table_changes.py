@@ -30,16 +30,22 @@ def query(db, sql: str, **params) -> list[tuple]:
         return [tuple(r) for r in conn.execute(text(sql), params)]
 
 
+PRODUCER_CLOCKS = (1_796_000_000_000, 1_796_000_000_000 - 60_000)  # ms: the second producer's clock a minute behind
+
+
 def customers() -> tuple[list[dict], list[dict]]:
     """The compacted topic's records, each key in one partition: first every key's first version and updates of
-    a third of them, then tombstones of a tenth, some keys written again after their tombstone, more updates."""
-    def version(n: int, v: int) -> dict:
-        return {"key": f"c{n}".encode(), "partition": n % 2,
+    a third of them, then tombstones of a tenth, some keys written again after their tombstone, more updates. The
+    later records come from a producer whose clock is a minute behind: within a partition Kafka's order decides."""
+    def version(n: int, v: int, clock: int) -> dict:
+        return {"key": f"c{n}".encode(), "partition": n % 2, "timestamp": clock + n,
                 "value": json.dumps({"id": f"c{n}", "name": f"n{n}-v{v}", "version": v}).encode()}
 
-    first = [version(n, 1) for n in range(KEYS)] + [version(n, 2) for n in range(0, KEYS, 3)]
-    then = [{"key": f"c{n}".encode(), "partition": n % 2, "value": None} for n in range(1, KEYS, 10)]
-    then += [version(n, 3) for n in range(1, KEYS, 50)] + [version(n, 4) for n in range(0, KEYS, 7)]
+    early, late = PRODUCER_CLOCKS
+    first = [version(n, 1, early) for n in range(KEYS)] + [version(n, 2, early) for n in range(0, KEYS, 3)]
+    then = [{"key": f"c{n}".encode(), "partition": n % 2, "value": None, "timestamp": late + n}
+            for n in range(1, KEYS, 10)]
+    then += [version(n, 3, late) for n in range(1, KEYS, 50)] + [version(n, 4, late) for n in range(0, KEYS, 7)]
     return first, then
 
 
@@ -52,14 +58,16 @@ def compacted(records: list[dict]) -> dict[str, tuple[str, int]]:
 
 
 SNAPSHOT_LSN = 500  # the snapshot read the source's rows 1..150 as of this position
+MOVED = set(range(4, 151, 4))  # ids whose snapshot record is in the other partition
 
 
 def change_events() -> tuple[list[dict], dict[int, tuple[str, Decimal]]]:
-    """Debezium's events of a table `accounts` (keyed by id, each id in one partition) and the table's final
-    state in the source. The snapshot's `r` records (position SNAPSHOT_LSN) reach Kafka interleaved with the
-    changes made after it (positions from 1000), some after their own row's update or delete; every delete is
-    followed by Debezium's tombstone, which the entry ignores. Odd ids' events are wrapped as JsonConverter with
-    schemas.enable writes them."""
+    """Debezium's events of a table `accounts` (keyed by id) and the table's final state in the source. In each
+    partition a row's snapshot record (`r`, position SNAPSHOT_LSN) comes before its changes (positions from 1000),
+    as Debezium writes them, except the snapshot records of every fourth id, which are in the other partition (as
+    after the topic's partitions changed) and reach Kafka after their row's update or delete: there the source
+    position decides. Every delete is followed by Debezium's tombstone, which the entry ignores. Odd ids' events
+    are wrapped as JsonConverter with schemas.enable writes them."""
     state = {i: (f"s{i}", Decimal(f"{i}.10")) for i in range(1, 151)}
     snapshot = [("r", i, None, state[i], SNAPSHOT_LSN) for i in range(1, 151)]
     changes, lsn = [], 1000
@@ -74,12 +82,13 @@ def change_events() -> tuple[list[dict], dict[int, tuple[str, Decimal]]]:
     for i in range(10, 301, 10):
         changes.append(("d", i, state.pop(i), None, lsn))
         lsn += 8
-    ordered = []
-    for n, change in enumerate(changes):  # a snapshot record after every second change, then the rest
+    elsewhere = [r for r in snapshot if r[1] in MOVED]
+    ordered = [r for r in snapshot if r[1] not in MOVED]
+    for n, change in enumerate(changes):  # a moved snapshot record after every second change, then the rest
         ordered.append(change)
-        if n % 2 and snapshot:
-            ordered.append(snapshot.pop(0))
-    ordered += snapshot
+        if n % 2 and elsewhere:
+            ordered.append(elsewhere.pop(0))
+    ordered += elsewhere
 
     def row(i: int, values) -> dict | None:
         return None if values is None else {"id": i, "name": values[0], "balance": str(values[1])}
@@ -91,7 +100,8 @@ def change_events() -> tuple[list[dict], dict[int, tuple[str, Decimal]]]:
     for op, i, before, after, position in ordered:
         event = {"before": row(i, before), "after": row(i, after), "op": op, "ts_ms": 1,
                  "source": {"lsn": position, "snapshot": "true" if op == "r" else "false"}}
-        records.append({"key": wrapped(i, {"id": i}), "value": wrapped(i, event), "partition": i % 2})
+        partition = (i + (op == "r" and i in MOVED)) % 2
+        records.append({"key": wrapped(i, {"id": i}), "value": wrapped(i, event), "partition": partition})
         if op == "d":
             records.append({"key": wrapped(i, {"id": i}), "value": None, "partition": i % 2})
     return records, state
@@ -146,6 +156,7 @@ def world(stack_settings, bootstrap, spark, tmp_path_factory):
           {names['accounts']}:
             topic: {names['accounts']}
             format: debezium
+            debezium: {{decimal.handling.mode: string}}  # the events' balance is decimal text
             columns:
               id:      {{type: bigint, required: true}}
               name:    {{type: string}}

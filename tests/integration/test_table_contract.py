@@ -26,7 +26,7 @@ from streamfill.cli.stack.postgres import admin_url
 from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.spark import hold_job, postgres_commit, postgres_plan, postgres_staging
-from streamfill.errors import SinkError
+from streamfill.errors import OptionError, SinkError
 from streamfill.offsets_db.store import OffsetStore
 from tests.kafka_helpers import create_topic, produce
 from tests.private_services import crash
@@ -38,14 +38,25 @@ T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 
 # the sink's own steps, as its tasks and driver take them
 
-def _schema(dead_letters: bool = False):
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+def _schema(dead_letters: bool = False, deletes: bool = False):
+    from pyspark.sql.types import (
+        BinaryType,
+        BooleanType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     fields = [StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("kafka_timestamp", TimestampType()),
               StructField("k", StringType()), StructField("v", StringType())]
     if dead_letters:
         fields += [StructField("_error", StringType()), StructField("_raw", BinaryType())]
+    if deletes:
+        fields.append(StructField("_delete", BooleanType()))
     return StructType(fields)
 
 
@@ -56,11 +67,11 @@ def sink(url: str, table: str, job: str, generation: int, ends: dict | None = No
             "deadLetters": str(dead_letters).lower(), **options}
     if ends is not None:
         opts["endingOffsets"] = json.dumps(ends)
-    return postgres_plan.plan_write(opts, _schema(dead_letters), False, streaming=False)
+    return postgres_plan.plan_write(opts, _schema(dead_letters, opts.get("deletes") == "true"), False, streaming=False)
 
 
 def rows(topic: str, partition: int, start: int, end: int, *, keys=None, values=None, stamps=None,
-         errors=None) -> pa.RecordBatch:
+         errors=None, deletes=None) -> pa.RecordBatch:
     n = end - start
     data = {"topic": [topic] * n, "partition": pa.array([partition] * n, pa.int32()),
             "offset": pa.array(range(start, end), pa.int64()),
@@ -71,6 +82,9 @@ def rows(topic: str, partition: int, start: int, end: int, *, keys=None, values=
     if errors is not None:
         data["_error"] = pa.array(errors, pa.string())
         data["_raw"] = pa.array([None if e is None else b"raw" for e in errors], pa.binary())
+    if deletes is not None:  # a tombstone: its key's row goes (the value columns are null, as a parse makes them)
+        data["_delete"] = pa.array(deletes, pa.bool_())
+        data["v"] = [None if d else v for v, d in zip(data["v"], deletes, strict=True)]
     return pa.record_batch(data)
 
 
@@ -80,7 +94,8 @@ def write_batch(url: str, store: OffsetStore, job: str, generation: int, table: 
     """One batch of `job`: its plan recorded, each Kafka partition's rows staged by a task of its own, then the
     driver's commit (abort on failure). A value (start, end) stands for rows() of that range."""
     staged = {tp: (b if isinstance(b, pa.RecordBatch) else
-                   rows(tp[0], tp[1], *b, errors=[None] * (b[1] - b[0]) if dead_letters else None))
+                   rows(tp[0], tp[1], *b, errors=[None] * (b[1] - b[0]) if dead_letters else None,
+                        deletes=[False] * (b[1] - b[0]) if options.get("deletes") == "true" else None))
               for tp, b in batches.items()}
     ranges = [OffsetRange(t, p, b.column("offset")[0].as_py(), b.column("offset")[-1].as_py() + 1)
               for (t, p), b in staged.items()]
@@ -275,6 +290,218 @@ def test_commits_go_on_while_a_reader_holds_the_table_and_wait_out_a_users_lock_
     print(f"the probe's worst wait: {probe.worst:.3f} s over {probe.queries} queries")
     assert probe.queries > 0 and not probe.refused, f"a reader waited behind a commit: {probe.refused[:3]}"
     accounted_once(url, table, [job], {(topic_name, 0): 50_000, (topic_name, 1): 50_000}, set())
+
+
+def tombstoning(topic: str, partition: int, start: int, end: int, doomed: range, slow: int | None = None):
+    """Rows of offsets start..end: first a tombstone of each key of `doomed` (rows() keys of those offsets), then
+    upserts of new keys; the row at offset `slow` carries the value 'slow'."""
+    tombstones = len(doomed)
+    keys = [f"k{partition}-{o}" for o in doomed] + [f"k{partition}-{o}" for o in range(start + tombstones, end)]
+    values = ["slow" if o == slow else f"v{o}" for o in range(start, end)]
+    return rows(topic, partition, start, end, keys=keys, values=values,
+                deletes=[o < start + tombstones for o in range(start, end)])
+
+
+def deletes_lock_holders(url: str, table: str) -> list[tuple]:
+    """The sessions holding the table's deletes lock (offsets_db.deleted_keys)."""
+    from streamfill.offsets_db.deleted_keys import DELETES_LOCK_SPACE
+
+    return query(url, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = :space "
+                      "AND objid = ((hashtext(:t)::bigint + 4294967296) % 4294967296)::oid AND objsubid = 2",
+                 space=DELETES_LOCK_SPACE, t=f"public.{table}")
+
+
+@pytest.mark.fault
+def test_a_deleting_commit_waits_for_another_deleting_writer_longer_than_its_lock_timeout_then_commits(
+        stack_settings, topic_name, monkeypatch):
+    """Two jobs with deletes into one table: one's commit holds the table's deletes lock (a user's trigger is
+    slow on one of its rows) for longer than the other's lock_timeout of 2 s. The other waits its turn and commits
+    after it; every offset of both is a row, a tombstone or a row a tombstone deleted, once."""
+    monkeypatch.setenv("STREAMFILL_PG_LOCK_TIMEOUT", "2s")
+    url = make_url(stack_settings.offsets_db_url).update_query_dict(  # a connection pool of its own
+        {"application_name": topic_name}).render_as_string(hide_password=False)
+    table = f"{topic_name}_dd"
+    deleting = {"keyColumns": "k", "mode": "replace", "deletes": "true"}
+    writers = {p: (f"{topic_name}-w{p}", *held(url, f"{topic_name}-w{p}")) for p in (0, 1)}
+    admin = psycopg2.connect(dsn(admin_url(stack_settings, stack_settings.db_name)))
+    admin.autocommit = True
+    failed: list[BaseException] = []
+
+    def second_batch(p: int, slow: int | None = None) -> None:
+        job, store, lease = writers[p]
+        write_batch(url, store, job, lease.generation, table,
+                    {(topic_name, p): tombstoning(topic_name, p, 1000, 2000, range(100), slow)}, **deleting)
+
+    def slow_writer() -> None:
+        try:
+            second_batch(0, slow=1500)
+        except BaseException as exc:  # noqa: BLE001 (asserted below)
+            failed.append(exc)
+
+    try:
+        for p, (job, store, lease) in writers.items():
+            write_batch(url, store, job, lease.generation, table, {(topic_name, p): (0, 1000)}, **deleting)
+        with admin.cursor() as cur:
+            cur.execute(f'CREATE FUNCTION "{table}_slow"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.v = '
+                        "'slow' THEN PERFORM pg_sleep(6); END IF; RETURN NEW; END $$")
+            cur.execute(f'CREATE TRIGGER slow BEFORE INSERT OR UPDATE ON "{table}" FOR EACH ROW EXECUTE FUNCTION '
+                        f'"{table}_slow"()')
+        slow = threading.Thread(target=slow_writer)
+        slow.start()
+        deadline = time.monotonic() + 120
+        while not deletes_lock_holders(url, table):
+            assert slow.is_alive() and time.monotonic() < deadline, f"the slow commit never took the lock: {failed}"
+            time.sleep(0.05)
+        second_batch(1)  # waits behind the slow commit for longer than its lock_timeout
+        assert not slow.is_alive() or deletes_lock_holders(url, table) == [], "it committed after the slow one"
+        slow.join(120)
+        assert not failed, failed
+    finally:
+        for _, _, lease in writers.values():
+            lease.release()
+        admin.close()
+    doomed = {(topic_name, p, o) for p in (0, 1) for o in (*range(100), *range(1000, 1100))}
+    accounted_once(url, table, [job for job, _, _ in writers.values()],
+                   {(topic_name, 0): 2000, (topic_name, 1): 2000}, doomed)
+    assert query(url, f'SELECT count(*) FROM "{table}" WHERE k = ANY(:keys)',
+                 keys=[f"k{p}-{o}" for p in (0, 1) for o in range(100)]) == [(0,)], "every tombstone deleted its key"
+
+
+@pytest.mark.fault
+def test_a_row_a_user_holds_past_the_commits_lock_timeout_fails_one_try_and_the_commit_is_tried_again_whole(
+        stack_settings, topic_name, monkeypatch):
+    monkeypatch.setenv("STREAMFILL_PG_LOCK_TIMEOUT", "2s")
+    url = make_url(stack_settings.offsets_db_url).update_query_dict(  # a connection pool of its own
+        {"application_name": topic_name}).render_as_string(hide_password=False)
+    job, table = f"{topic_name}-row", f"{topic_name}_row"
+    store, lease = held(url, job)
+    user = psycopg2.connect(dsn(url))
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 100)}, keyColumns="k",
+                    mode="replace")
+        with user.cursor() as cur:  # a user's transaction updating one row, open for 3 s
+            cur.execute(f'UPDATE "{table}" SET v = v WHERE k = %s', ("k0-5",))
+        threading.Timer(3, user.commit).start()
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
+            topic_name, 0, 100, 200, keys=[f"k0-{o}" for o in range(100)])}, keyColumns="k", mode="replace")
+        assert user.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE, \
+            "the commit outlasted the user's transaction"
+    finally:
+        user.close()
+        lease.release()
+    assert query(url, f'SELECT count(*), min("offset"), count(*) FILTER (WHERE v = \'v\' || "offset") FROM "{table}"') \
+        == [(100, 100, 100)], "every key holds its newer version once"
+
+
+def test_a_writer_without_deletes_into_a_table_with_recorded_deletes_is_refused_at_its_check_and_at_its_commit(
+        stack_settings, topic_name):
+    """Another entry, a replay in replace or a user's df.write, none with deletes: each would bring a deleted key
+    back with an older version, so each is refused naming the option and the table, before it records anything
+    (the launch's check, the sink's plan) or, planned before the table's first delete, at its commit."""
+    url = stack_settings.offsets_db_url
+    table = f"{topic_name}_nd"
+    deleting = {"keyColumns": "k", "mode": "replace", "deletes": "true"}
+    store, lease = held(url, f"{topic_name}-d")
+    _, plain_lease = held(url, f"{topic_name}-p")
+    plain = f"{topic_name}-p"
+    older = [T0 - timedelta(days=1)] * 100  # the keys' versions from before the deletes
+    try:
+        write_batch(url, store, f"{topic_name}-d", lease.generation, table, {(topic_name, 0): (0, 100)}, **deleting)
+        # a writer without deletes plans while the table has no delete recorded: allowed so far
+        store.record_planned(plain, [OffsetRange(topic_name, 1, 0, 100)], generation=plain_lease.generation)
+        plan = sink(url, table, plain, plain_lease.generation, {topic_name: {"1": 100}}, keyColumns="k",
+                    mode="replace")
+        messages = [postgres_staging.stage_write(plan, iter([rows(topic_name, 1, 0, 100, stamps=older,
+                                                                  keys=[f"k0-{o}" for o in range(100)])]))]
+        write_batch(url, store, f"{topic_name}-d", lease.generation, table,
+                    {(topic_name, 0): tombstoning(topic_name, 0, 100, 200, range(10))}, **deleting)
+        with pytest.raises(OptionError) as at_commit:
+            postgres_commit.commit(plan, messages, None)
+        postgres_commit.abort(plan, messages)
+        refusals = [at_commit.value]
+        for options in ({"keyColumns": "k", "mode": "replace", "job": plain}, {"keyColumns": "k"}, {}):
+            with pytest.raises(OptionError) as refused:  # the launch's table check, then a user's df.write
+                postgres_plan.prepare_table({"table": table, "url": url, **options}, _schema(), change=False)
+            refusals.append(refused.value)
+        with pytest.raises(OptionError) as refused:  # a user's df.write, planned as Spark asks the sink to
+            postgres_plan.plan_write({"table": table, "url": url}, _schema(), False, streaming=False)
+        refusals.append(refused.value)
+    finally:
+        lease.release()
+        plain_lease.release()
+    for refusal in refusals:
+        assert refusal.option == "deletes" and f"table public.{table} has deletes of 10 key(s) recorded" in \
+            str(refusal) and "deletes=true" in refusal.fix, str(refusal)
+    assert query(url, f'SELECT count(*) FROM "{table}" WHERE k = ANY(:keys)', keys=[f"k0-{o}" for o in range(10)]) \
+        == [(0,)], "the deleted keys stay deleted"
+    assert query(url, f'SELECT count(*) FROM "{table}" WHERE partition = 1') == [(0,)], "nothing of it landed"
+    assert query(url, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
+                      "AND b.committed_at IS NOT NULL", j=plain) == [(0,)]
+
+
+def test_deleted_keys_go_once_kafka_no_longer_holds_their_records_then_the_tables_commits_move_plainly_again(
+        stack_settings, bootstrap, topic_name, monkeypatch):
+    """A recorded delete stays while Kafka holds the record that made it (a replay could yield older records of
+    its key before it); it goes once the partition's log-start offset passes it or the record is not there (here
+    a transaction's marker stands at its offset, as a compacted record would be missing). Then the table's
+    commits take the plain path again."""
+    from confluent_kafka import Producer
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+
+    from streamfill.connectors.kafka.broker import Broker
+    from streamfill.connectors.postgres import move
+    from streamfill.offsets_db.engine import make_engine
+    from streamfill.offsets_db.retention import prune
+    from streamfill.retention_ages import Retention
+
+    url = stack_settings.offsets_db_url
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [{"value": b"x", "partition": 0}] * 100)  # offsets 0..99
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic_name})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, b"x", partition=0)  # offset 100; the transaction's marker stands at 101
+    producer.commit_transaction(30)
+    produce(bootstrap, topic_name, [{"value": b"x", "partition": 0}] * 198)  # offsets 102..299
+    job, table = f"{topic_name}-pr", f"{topic_name}_pr"
+    deleting = {"keyColumns": "k", "mode": "replace", "deletes": "true"}
+    store, lease = held(url, job)
+    engine = make_engine(url)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kept_keys_only = Retention(**{kind: None for kind in Retention.kinds() if kind != "deleted_keys"})
+    later = datetime.now(timezone.utc) + Retention().deleted_keys + timedelta(hours=1)
+
+    def pruned() -> int:
+        removed = prune(engine, kept_keys_only, apply=True, jobs=[job], now=later, kafka=Broker({"bootstrap.servers":
+                                                                                                 bootstrap}))
+        return sum(r.rows for r in removed if r.kind == "deleted_keys")
+
+    def recorded() -> int:
+        return query(url, "SELECT count(*) FROM deleted_keys WHERE target = :t", t=f"public.{table}")[0][0]
+
+    try:
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (0, 100)}, **deleting)
+        write_batch(url, store, job, lease.generation, table,
+                    {(topic_name, 0): tombstoning(topic_name, 0, 100, 200, range(20))}, **deleting)
+        assert recorded() == 20
+        prune(engine, kept_keys_only, apply=True, jobs=[job], kafka=Broker({"bootstrap.servers": bootstrap}))
+        assert recorded() == 20, "younger than the age: kept, Kafka or not"
+        assert pruned() == 1 and recorded() == 19, "the delete at the marker's offset goes, the others are held"
+        admin.delete_records([KafkaPartition(topic_name, 0, 110)])[KafkaPartition(topic_name, 0)].result(30)
+        assert pruned() == 9 and recorded() == 10, "those below the new log-start offset go"
+        admin.delete_records([KafkaPartition(topic_name, 0, 200)])[KafkaPartition(topic_name, 0)].result(30)
+        assert pruned() == 10 and recorded() == 0
+
+        paths = []
+        real = move.MoveStatements
+        monkeypatch.setattr(move, "MoveStatements", lambda *a: paths.append(a[4]) or real(*a))
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): (200, 300)}, **deleting)
+        assert paths == [False], "with no delete recorded and none staged, the commit moves its rows plainly"
+    finally:
+        lease.release()
+        engine.dispose()
+    assert query(url, f'SELECT count(*) FROM "{table}"') == [(80 + 80 + 100,)]
 
 
 # 3. the table stays one piece: nothing grows with it, nothing scans it under a lock
@@ -564,29 +791,29 @@ def test_dead_letters_a_task_staged_before_postgres_crashed_are_counted_at_the_c
     accounted_once(url, table, [job], {(topic_name, 0): 100, (topic_name, 1): 100}, set())
 
 
-def test_replace_ranks_a_version_without_a_kafka_timestamp_below_every_version_with_one(stack_settings, topic_name):
-    """A record whose Kafka timestamp is NULL is older than any with one, whichever batch, partition or order
-    they come in: inside one batch (DISTINCT ON) and against the row already there (ON CONFLICT)."""
+def test_replace_ranks_a_version_without_a_kafka_timestamp_below_every_version_with_one_between_partitions(
+        stack_settings, topic_name):
+    """Between partitions, a record whose Kafka timestamp is NULL is older than any with one, whichever batch or
+    order they come in: inside one batch (DISTINCT ON) and against the row already there (ON CONFLICT). Within a
+    partition the later offset wins, stamped or not."""
     url = stack_settings.offsets_db_url
     job, table = f"{topic_name}-nts", f"{topic_name}_nts"
     store, lease = held(url, job)
     try:
         stamped = T0 + timedelta(hours=1)
-        # one batch: key A's stamped version at offset 0, its unstamped one at offset 1 (higher)
-        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
-            topic_name, 0, 0, 2, keys=["A", "A"], values=["stamped", "unstamped"], stamps=[stamped, None])},
+        # one batch: key A stamped in partition 0, unstamped in partition 1; key B stamped, then unstamped, in 0
+        write_batch(url, store, job, lease.generation, table, {
+            (topic_name, 0): rows(topic_name, 0, 0, 3, keys=["A", "B", "B"], values=["stamped", "b1", "b2"],
+                                  stamps=[stamped, stamped, None]),
+            (topic_name, 1): rows(topic_name, 1, 0, 1, keys=["A"], values=["unstamped"], stamps=[None])},
             keyColumns="k", mode="replace")
-        # a later batch: an unstamped version of A comes after the stamped one is in the table
-        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
-            topic_name, 0, 2, 3, keys=["A"], values=["late unstamped"], stamps=[None])}, keyColumns="k",
+        # a later batch: an unstamped version of A in partition 1 comes after the stamped one is in the table
+        write_batch(url, store, job, lease.generation, table, {(topic_name, 1): rows(
+            topic_name, 1, 1, 2, keys=["A"], values=["late unstamped"], stamps=[None])}, keyColumns="k",
             mode="replace")
-        # and two unstamped versions of B: the higher coordinates win among equals
-        write_batch(url, store, job, lease.generation, table, {(topic_name, 0): rows(
-            topic_name, 0, 3, 5, keys=["B", "B"], values=["first", "second"], stamps=[None, None])},
-            keyColumns="k", mode="replace")
     finally:
         lease.release()
-    assert dict(query(url, f'SELECT k, v FROM "{table}"')) == {"A": "stamped", "B": "second"}
+    assert dict(query(url, f'SELECT k, v FROM "{table}"')) == {"A": "stamped", "B": "b2"}
 
 
 def test_a_column_added_for_an_entry_never_queues_readers_and_a_launch_refused_as_busy_adds_none(

@@ -3,23 +3,34 @@ cover the space the guarantees page lists, and the model applies the contract's 
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, REPLACE
+from tests.checker import kafka_forms
 from tests.checker.model import Model
 from tests.checker.regressions import REGRESSIONS
 from tests.checker.scenario import (
     ACTIONS,
+    DEBEZIUM,
     FAULTS,
     LONG,
+    NO_POSITION,
     OAUTH,
+    PARTITIONS,
     PATHS,
     PLAINTEXT,
+    POSITION_PATHS,
     SASL_SSL,
     T0,
+    TOMBSTONE_KEYS,
+    UNIT_SETTINGS,
     Action,
+    Encoding,
     Record,
     Table,
     Write,
@@ -56,20 +67,85 @@ def test_two_hundred_seeds_reach_every_path_fault_action_and_option():
     assert any(len(s.writers) == 2 for s in scenarios)
     assert any(s.prunes for s in scenarios)
     assert {w.listener for w in writers if w.mirror} == {PLAINTEXT, SASL_SSL, OAUTH}
+    encodings = [s.table.encoding for s in scenarios if s.table.encoding]
+    assert {e.kind for e in encodings} == {TOMBSTONE_KEYS, DEBEZIUM}
+    assert {e.position for e in encodings if e.kind == DEBEZIUM} == {*POSITION_PATHS, NO_POSITION}
+    assert {e.settings for e in encodings if e.kind == DEBEZIUM} == {None, *UNIT_SETTINGS}
+    assert any(e.tombstones for e in encodings)
+    assert all(s.table.keyed and not s.table.routed for s in scenarios if s.table.encoding)
+
+
+def test_a_parsed_tables_records_are_what_its_kafka_can_carry():
+    """A Debezium entry that reads a position gets one in every event (a missing one drawn); a delete has a
+    version column's value only as a `d` event's `before` carries it (about half of them); nothing else changes."""
+    by_position, by_column = Encoding(DEBEZIUM, "source.lsn"), Encoding(DEBEZIUM, NO_POSITION)
+    versioned_deletes: set[bool] = set()
+    for p in range(PARTITIONS):
+        for o in range(300):
+            plain = record(5, 0, False, p, o, tombstones=True, positioned=True)
+            positioned = record(5, 0, False, p, o, True, True, encoding=by_position)
+            assert positioned.position is not None and positioned == replace(plain, position=positioned.position)
+            assert plain.position is None or plain.position == positioned.position
+            column = record(5, 0, False, p, o, True, True, encoding=by_column)
+            assert column in ((plain, replace(plain, position=None)) if plain.tomb else (plain,))
+            versioned_deletes.add(column.tomb and column.position is not None)
+    assert versioned_deletes == {False, True}, "deletes with and without a version column's value"
+    tombstone_keys = Encoding(TOMBSTONE_KEYS)
+    assert all(record(5, 0, False, 0, o, True, True, encoding=tombstone_keys).position is None
+               for o in range(300) if record(5, 0, False, 0, o, True, True).tomb), "a tombstone has no version"
+
+
+def test_the_kafka_forms_are_the_documented_ones_carrying_the_records_values():
+    keys = json.loads((kafka_forms.DATA / "keys" / "keys.json").read_text())["keys"]
+    forms = kafka_forms.key_forms()
+    assert {k["key"] for k in keys if "key" in k and k["means"] in ("c7", {"id": "c7"})} < set(forms)
+    assert {kafka_forms.key_of(f, "k3") for f in forms} == {
+        b'"k3"', b"k3", b'{"id": "k3"}',
+        b'{"schema": {"type": "string", "optional": false}, "payload": "k3"}',
+        b'{"schema": {"type": "struct", "fields": [{"type": "string", "optional": false, "field": "id"}], '
+        b'"optional": false, "name": "customers.Key"}, "payload": {"id": "k3"}}'}
+    assert len(kafka_forms.object_key_forms()) == 2
+    # tests/data/debezium/README.md: NUMERIC(10,2) 30.50 is "C+o=", 1275.00 "AfIM"; TIMESTAMP 2018-06-20
+    # 15:13:16.945104 is 1529507596945104
+    assert [kafka_forms.decimal_text(Decimal(d)) for d in ("30.50", "1275.00", "-1.28", "0.00")] == [
+        "C+o=", "AfIM", "gA==", "AA=="]
+    assert kafka_forms.micros(datetime(2018, 6, 20, 15, 13, 16, 945104, tzinfo=timezone.utc)) == 1529507596945104
+    assert kafka_forms.micros(datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)) == -1
+
+
+def test_each_record_encodes_the_same_every_time_and_poison_only_as_what_the_parse_refuses():
+    entry = kafka_forms.Entry(Encoding(DEBEZIUM, "after.seq", "semantic.types"), extra="int")
+    spec = kafka_forms.spec(entry, "j", "t", "tbl", dead_letters=True)
+    assert (spec.format, spec.position, spec.debezium.semantic_types) == (DEBEZIUM, "after.seq",
+                                                                         {"at": "MicroTimestamp"})
+    drawn = [record(9, 0, True, 0, o, positioned=True, encoding=entry.encoding) for o in range(200)]
+    assert [kafka_forms.encoded(entry, 9, 0, r) for r in drawn] == [kafka_forms.encoded(entry, 9, 0, r) for r in drawn]
+    for r in drawn:
+        _, value = kafka_forms.encoded(entry, 9, 0, r)
+        if r.poison:
+            continue
+        event = json.loads(value)
+        event = event.get("payload", event)
+        assert event["op"] in ("c", "r", "u") and event["after"]["seq"] == r.position
+        assert (event["after"]["id"], event["after"]["amount"], event["after"]["extra"]) == (
+            r.key, kafka_forms.decimal_text(r.amount), r.offset)
 
 
 def _record(offset: int, key: str, stamp, value: str = "v", partition: int = 0, poison: bool = False) -> Record:
     return Record(partition, offset, key, stamp, value, poison)
 
 
-def test_the_model_keeps_a_keys_newest_version_and_ranks_one_without_a_timestamp_lowest():
+def test_the_model_keeps_a_keys_newest_version_by_offset_within_a_partition_and_by_timestamp_between():
     model = Model(Table(REPLACE, keyed=True))
     writer = Writer("stream", dead_letters=True, evolve_from=None)
     later = T0 + timedelta(seconds=1)
-    model.write(0, writer, "t", [_record(0, "A", later, "new"), _record(1, "A", None, "unstamped"),
-                                 _record(2, "B", T0, "x", poison=True)], evolved=False)
-    assert [(r["k"], r["v"]) for r in model.rows.values()] == [("A", "new")]
-    assert model.dead == {0: {("t", 0, 2)}} and model.committed == {0: {0: 3}}
+    model.write(0, writer, "t", [_record(0, "A", later, "old"), _record(1, "A", None, "unstamped, later offset"),
+                                 _record(2, "B", T0, "x", poison=True), _record(3, "C", T0, "p0"),
+                                 _record(0, "C", None, "p1 unstamped", partition=1)], evolved=False)
+    assert {r["k"]: r["v"] for r in model.rows.values()} == {"A": "unstamped, later offset", "C": "p0"}
+    assert model.dead == {0: {("t", 0, 2)}} and model.committed == {0: {0: 4, 1: 1}}
+    model.write(0, writer, "t", [_record(1, "C", T0 - timedelta(seconds=9), "p1 stamped, earlier")], evolved=False)
+    assert model.rows[("C",)]["v"] == "p0", "between partitions the later Kafka timestamp wins"
 
 
 def test_the_model_fails_a_batch_whose_refused_row_has_nowhere_to_go_and_keeps_it_as_a_dead_letter_otherwise():

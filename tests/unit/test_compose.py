@@ -84,9 +84,12 @@ def test_every_airflow_service_runs_the_image_built_from_the_dockerfile(config):
         assert build["context"] == str(REPO_ROOT) and build.get("dockerfile", "Dockerfile") == "Dockerfile"
         images.add(services[name]["image"])
     assert len(images) == 1, f"the Airflow services name different images: {images}"
-    # no service on a stock image that lacks streamfill (the apache/spark workers could not run its Python)
+    # no service on a stock image that lacks streamfill (the apache/spark workers could not run its Python): the
+    # Spark Connect server, whose Python workers run streamfill's data sources, is the image built here too
     for name, svc in services.items():
-        if name not in AIRFLOW_SERVICES:
+        if name == "spark-connect":
+            assert svc["image"] in images and svc["build"]["context"] == str(REPO_ROOT), svc
+        elif name not in AIRFLOW_SERVICES:
             assert svc["image"].split(":")[0] in {"postgres", "apache/kafka"}, f"{name}: {svc['image']}"
 
 
@@ -184,8 +187,10 @@ def test_the_install_script_uses_the_constraints_only_for_their_airflow(tmp_path
     done = subprocess.run(["bash", str(INSTALL_SCRIPT), "python"], capture_output=True, text=True, timeout=30,
                           env={"PATH": "/usr/bin:/bin", "AIRFLOW_VERSION": version, "PYTHON": str(python)})
     assert done.returncode == 0, done.stderr
-    install, check = calls.read_text().splitlines()
+    install, provider, check = calls.read_text().splitlines()
     assert f"apache-airflow=={version}" in install.split() and check == "-m pip check"
+    assert provider.split()[:4] == ["-m", "pip", "install", "--no-deps"] and \
+        provider.split()[4].startswith("apache-airflow-providers-apache-spark==")
     assert ("-c" in install.split()) == (airflow == "constraints")
     if airflow != "constraints":
         assert f"Airflow {version}" in done.stderr and pinned in done.stderr

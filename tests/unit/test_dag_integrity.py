@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -66,3 +67,23 @@ def test_the_assets_database_setting_names_the_tables_assets_and_a_bad_one_is_re
                           text=True, timeout=300)
     bag = json.loads(done.stdout.strip().splitlines()[-1])
     assert bag["dags"] == [] and "STREAMFILL_ASSETS_DATABASE" in " ".join(bag["errors"].values()), bag
+
+
+def test_a_broken_entry_is_one_import_error_naming_it_and_the_other_entries_dags_load(tmp_path):
+    """Airflow records import errors per DAG file and marks every DAG of a file with one stale: the broken entry's
+    error is the file streamfill_broken_entries.py's, and the file that builds the others' DAGs has none."""
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text((REPO_ROOT / "dags" / "streamfill_jobs.yaml").read_text() + textwrap.indent(textwrap.dedent("""\
+        typo:
+          topic: typo
+          table: typo_events
+          columns: {a: {type: int}}
+          schedule: "0 * * *"
+        """), "  "))
+    out = parse(tmp_path, STREAMFILL_JOBS_FILE=str(jobs))
+    assert list(out["errors"]) == [str(REPO_ROOT / "dags" / "streamfill_broken_entries.py")], out["errors"]
+    (error,) = out["errors"].values()
+    assert f"{jobs}: job 'typo': schedule = '0 * * *': is not a cron schedule Airflow accepts" in error, error
+    assert "use five fields (minute hour day-of-month month day-of-week)" in error, error
+    assert {dag_ids.REPLAY, dag_ids.MAINTENANCE, *dag_ids.of_entry("orders", True)} <= set(out["dags"])
+    assert not any("typo" in d for d in out["dags"]), out["dags"]

@@ -7,7 +7,9 @@ from datetime import timedelta
 import pytest
 
 from streamfill.errors import OptionError
+from streamfill.offsets_db.deleted_keys import Recorded, left_kafka
 from streamfill.offsets_db.retention import RULES, Removed
+from streamfill.partitions import TopicPartition
 from streamfill.retention_ages import DEFAULT, Retention, parse_age, written
 from streamfill.settings import get_settings
 from streamfill.spark_jobs.maintenance import Pruned
@@ -48,3 +50,25 @@ def test_every_rule_is_of_a_kind_with_an_age_and_the_report_says_whether_anythin
     assert dry[0].startswith("a dry run, nothing removed; --apply removes") and "1,200  dead letters" in dry[1]
     assert Pruned(True, DEFAULT, ()).lines() == [f"removed what is older than its age ({DEFAULT.describe()}):",
                                                  "  nothing"]
+
+
+def test_a_deleted_key_goes_only_once_kafka_no_longer_holds_the_record_that_made_it():
+    """Below the partition's log-start offset, or not among the records still there (compacted away): nothing
+    older of the key can be replayed from that partition. Held, or of a topic Kafka does not show: kept."""
+    tp0, tp1, dropped = TopicPartition("customers", 0), TopicPartition("customers", 1), TopicPartition("old", 0)
+
+    def delete(tp: TopicPartition, offset: int, key: str) -> Recorded:
+        return Recorded("public.customers", f'["{key}"]', tp, offset)
+
+    found = [delete(tp0, 5, "below the log start"), delete(tp0, 40, "compacted away"), delete(tp0, 41, "held"),
+             delete(tp1, 7, "held too"), delete(tp1, 2, "also compacted away"), delete(dropped, 3, "topic not shown")]
+    gone = left_kafka(found, partitions={tp0, tp1}, log_starts={tp0: 10, tp1: 0}, held={(tp0, 41), (tp1, 7)})
+    assert [r.key for r in gone] == ['["below the log start"]', '["compacted away"]', '["also compacted away"]']
+    assert left_kafka(found, partitions={tp0, tp1}, log_starts={tp0: 0, tp1: 0},
+                      held={(r.at, r.offset) for r in found}) == [], "all held: all kept"
+
+
+def test_deleted_keys_have_an_age_of_their_own_and_forever_keeps_them(monkeypatch):
+    assert DEFAULT.deleted_keys == timedelta(days=7) and "deleted_keys 7d" in DEFAULT.describe()
+    monkeypatch.setenv("STREAMFILL_RETAIN_DELETED_KEYS", "forever")
+    assert get_settings().retention().deleted_keys is None

@@ -44,6 +44,22 @@ def test_modes():
         sink_options.parse_mode("merge")
 
 
+def test_a_version_column_orders_versions_between_partitions_before_kafkas_timestamp():
+    pipeline = ["id", "seq", "topic", "partition", "offset", "kafka_timestamp"]
+    opts = sink_options.parse({"table": "t", "mode": "replace", "keyColumns": "id", "versionColumn": "seq"}, pipeline,
+                              streaming=False)
+    assert opts.version == ("seq", "kafka_timestamp", "topic", "partition", "offset")
+    with pytest.raises(OptionError, match=r"versionColumn='nope': is not a column of the DataFrame that can order"):
+        sink_options.parse({"table": "t", "mode": "replace", "keyColumns": "id", "versionColumn": "nope"}, pipeline,
+                           streaming=False)
+    with pytest.raises(OptionError, match=r"versionColumn='seq': needs the Kafka timestamp"):
+        sink_options.parse({"table": "t", "mode": "replace", "keyColumns": "id", "versionColumn": "seq"},
+                           ["id", "seq", "offset"], streaming=False)
+    with pytest.raises(OptionError, match=r"versionColumn='seq': orders the versions of a key, which only mode "
+                                          r"replace keeps \(mode: append-new\)"):
+        sink_options.parse({"table": "t", "keyColumns": "id", "versionColumn": "seq"}, pipeline, streaming=False)
+
+
 def test_which_version_of_a_key_wins_is_kafkas_timestamp_then_topic_partition_and_offset():
     pipeline = ["event_id", "topic", "partition", "offset", "kafka_timestamp", "_error", "_raw"]
     spark_kafka = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]

@@ -11,7 +11,7 @@ import pytest
 from streamfill.durations import stop_grace_seconds
 from streamfill.errors import OptionError
 from streamfill.orchestration.spark_submit import retry_wait
-from streamfill.spark_jobs.stream_stop import graceful_stop, watch_task
+from streamfill.spark_jobs.stream_stop import StopGrace, watch_task
 
 pytestmark = pytest.mark.unit
 
@@ -33,12 +33,74 @@ def test_a_retry_waits_for_the_grace_and_a_minute_at_least_two():
 
 def test_a_stop_sets_the_event_once_however_often_it_is_asked(capsys):
     stop = threading.Event()
-    begin = graceful_stop(stop, 3600, "orders")
+    begin = StopGrace(stop, 3600, "orders", cut=lambda: None)
     begin("SIGTERM")
     begin("its Airflow task (pid 1) ended")
     assert stop.is_set()
     said = capsys.readouterr().out
     assert said.count("stopping after the batch in flight commits (within 3600 s)") == 1 and "SIGTERM" in said
+
+
+class Grace:
+    """A stop grace whose timer runs out when the test says: `run_out()` is the grace's last instant; the cuts
+    it made are counted."""
+
+    def __init__(self) -> None:
+        self.out, self.cuts = threading.Event(), []
+        self.stop = threading.Event()
+        self.grace = StopGrace(self.stop, 10, "orders", cut=lambda: self.cuts.append("cut"), wait=self._wait)
+
+    def _wait(self, ended: threading.Event, seconds: float) -> bool:
+        assert seconds == 10
+        while not ended.is_set() and not self.out.is_set():
+            ended.wait(0.01)
+        return ended.is_set() and not self.out.is_set()
+
+    def run_out(self) -> None:
+        self.out.set()
+        self.grace.timer.join(10)
+        assert not self.grace.timer.is_alive()
+
+
+def test_a_query_stopped_well_within_the_grace_ends_the_timer_and_nothing_is_cut():
+    g = Grace()
+    g.grace("SIGTERM")
+    assert g.stop.is_set() and g.grace.ended()
+    g.grace.timer.join(10)
+    assert not g.grace.timer.is_alive() and g.cuts == [], "the timer ended with the stop"
+
+
+def test_a_query_stopped_at_the_last_instant_of_the_grace_is_not_cut_while_the_launch_shuts_down():
+    g = Grace()
+    g.grace("SIGTERM")
+    assert g.grace.ended()  # the batch in flight committed at 9.5 s of 10
+    g.run_out()
+    assert g.cuts == []
+
+
+def test_past_the_grace_a_query_still_running_is_cut_once_and_a_late_stop_says_so(capsys):
+    g = Grace()
+    g.grace("SIGTERM")
+    g.grace("its Airflow task (pid 1) ended")
+    g.run_out()
+    assert g.cuts == ["cut"] and not g.grace.ended(), "too late: the cut is under way"
+    assert "the batch in flight did not commit within 10 s of the stop" in capsys.readouterr().out
+
+
+def test_a_stop_asked_once_the_query_has_stopped_starts_no_timer():
+    g = Grace()
+    assert g.grace.ended()  # the query ended on its own (available-now), the launch shuts down
+    g.grace("SIGTERM")
+    assert g.stop.is_set() and g.grace.timer is None and g.cuts == []
+
+
+def test_the_real_timer_waits_for_the_stop_not_for_the_grace():
+    cuts: list[str] = []
+    grace = StopGrace(threading.Event(), 3600, "orders", cut=lambda: cuts.append("cut"))
+    grace("SIGTERM")
+    assert grace.ended()
+    grace.timer.join(10)
+    assert not grace.timer.is_alive() and cuts == [], "an hour's grace ends with the stop, not after the hour"
 
 
 def test_the_stream_stops_when_the_task_that_started_it_is_gone():

@@ -115,6 +115,23 @@ def test_any_other_change_is_refused_naming_the_field_the_value_and_what_to_do(c
     assert "entry 'orders' while its stream ran" in str(error) and fix in str(error)
 
 
+def test_a_key_columns_field_changed_is_refused_like_any_change_of_the_key_and_another_columns_followed():
+    """Rows keyed from one field until a batch, from another after it, would be one job's rows keyed two ways."""
+    running = entry(BASE, key=["id"], mode="replace")
+    changes = compare(running, entry({**BASE, "id": {**BASE["id"], "field": "order.id"}}, key=["id"],
+                                     mode="replace"), "orders_t")
+    assert changes.refused and not changes.followed and changes.spec == running, "nothing of it is followed"
+    error = changes.error()
+    assert isinstance(error, OptionError) and error.option == "columns.id.field" and error.value == "order.id"
+    assert "changed from None in entry 'orders' while its stream ran" in str(error)
+    assert "id is part of the key" in str(error) and "Restart the stream to apply it" in str(error)
+    assert not compare(running, entry({**BASE, "id": {**BASE["id"], "field": "id"}}, key=["id"], mode="replace"),
+                       "orders_t").refused, "naming the column's own field is no change of the key"
+    followed = compare(running, entry({**BASE, "n": {"type": "int", "field": "count"}}, key=["id"], mode="replace"),
+                       "orders_t")
+    assert followed.followed == ("column n's field changed",) and not followed.refused
+
+
 def test_a_refusal_names_every_change_it_refused_and_follows_none_beside_them():
     changes = compare(entry(BASE), entry({**BASE, "note": {"type": "string"}}, key=["id"], mode="replace"),
                       "orders_t")
