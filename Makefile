@@ -1,5 +1,6 @@
 # streamfill: `make demo` runs the main job on the local stack, `make test` runs the whole suite.
-# Both install everything first (Python packages here; OS packages and Kafka jars through `streamfill stack up`).
+# Both install everything first (Python packages here, every role: `.[all,dev]`; OS packages and Kafka jars through
+# `streamfill stack up`). `make release` builds and checks the sdist and the wheel.
 
 PYTHON ?= $(shell command -v python3.11 || echo python3)
 VENV ?= .venv
@@ -8,16 +9,16 @@ PYTEST_ARGS ?=
 # test workers: Airflow's and the broker's waits overlap Spark's work (tests/shared_run.py)
 TEST_WORKERS ?= 2
 
-.PHONY: install spark-provider demo test test-unit test-matrix constraints soak docs docs-options screenshots browser up down status bench-read clean
+.PHONY: install spark-provider demo test test-unit test-matrix constraints release soak docs docs-options screenshots browser up down status bench-read clean
 
 install: $(VENV)/.installed
 
-# the exact versions of constraints.txt (pyproject.toml holds the ranges a team's environment may use)
-$(VENV)/.installed: pyproject.toml constraints.txt
+# the exact versions of constraints.txt (pyproject.toml holds the ranges a team's environment may use), every role
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	@command -v $(PYTHON) >/dev/null || (apt-get update -qq && apt-get install -y -qq python3.11 python3.11-venv)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]'
 	$(MAKE) --no-print-directory spark-provider
 	touch $@
 
@@ -38,11 +39,18 @@ constraints:
 	rm -rf .constraints-venv
 	$(PYTHON) -m venv .constraints-venv
 	.constraints-venv/bin/pip install -q -U pip
-	.constraints-venv/bin/pip install -q '.[dev]'
+	.constraints-venv/bin/pip install -q '.[all,dev]'
 	$(MAKE) --no-print-directory spark-provider PROVIDER_BIN=.constraints-venv/bin PROVIDER_CONSTRAINTS=
 	{ grep '^#' constraints.txt; .constraints-venv/bin/pip freeze --exclude-editable | grep -v '^streamfill'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .constraints-venv
+
+# a release of this commit: refused unless CHANGELOG.md's top section is dated and names the version the commit
+# builds (its tag: streamfill/version.py), then the sdist and the wheel into dist/, each checked by twine
+release: install
+	@version=$$($(BIN)/python -m streamfill.version --release $(CURDIR)) && \
+	  $(BIN)/python -m build --outdir dist $(CURDIR) && \
+	  $(BIN)/twine check --strict dist/streamfill-$$version.tar.gz dist/streamfill-$$version-py3-none-any.whl
 
 demo: install
 	$(BIN)/streamfill stack up

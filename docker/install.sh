@@ -3,8 +3,9 @@
 # tests/unit/test_compose.py's install test (the `python` part, into a fresh venv).
 #
 #   install.sh os       as root: Java 17 for Spark, which runs in local mode inside the Airflow containers
-#   install.sh python   as the environment's owner: streamfill, editable from this checkout (so the code finds
-#                       spark_jobs/*.py and dags/ beside it, as in `make install`), with the exact versions of
+#   install.sh python   as the environment's owner: streamfill with every role (`[all]`: one image serves every
+#                       component), editable from this checkout (so the code finds spark_jobs/*.py and dags/
+#                       beside it, as in `make install`), with the exact versions of
 #                       constraints.txt when the image's Airflow (AIRFLOW_VERSION, which the official image
 #                       sets) is theirs, else within pyproject.toml's ranges; apache-airflow held at the image's
 #                       version either way; the apache-spark provider without its dependencies; then `pip check`
@@ -33,11 +34,11 @@ case "${1:-}" in
     # itself (the way the image's docs and its own entrypoint add packages). The image of the constraints'
     # Airflow gets their exact versions; another Airflow gets the newest versions pyproject.toml's ranges allow.
     if [[ "$pinned" == "$airflow" ]]; then
-      "$python" -m pip install -c "$project/constraints.txt" "apache-airflow==$airflow" -e "$project"
+      "$python" -m pip install -c "$project/constraints.txt" "apache-airflow==$airflow" -e "$project[all]"
     else
       echo "the image has Airflow $airflow and constraints.txt was tested with ${pinned:-?}: installing within" \
            "pyproject.toml's ranges, without the constraints" >&2
-      "$python" -m pip install "apache-airflow==$airflow" -e "$project"
+      "$python" -m pip install "apache-airflow==$airflow" -e "$project[all]"
     fi
     # the apache-spark provider (the tasks submit Spark through its hook) without its dependencies: it requires
     # pyspark-client, Spark Connect's client alone, which installs into PySpark's own package and leaves no local

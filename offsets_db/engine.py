@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from streamfill.bounded_cache import BoundedCache
 from streamfill.errors import OUTAGE, StreamfillError
 from streamfill.offsets_db import schema
+from streamfill.offsets_db.pooling import startup_refusal
 from streamfill.pg import connect_args
 from streamfill.urls import without_password
 
@@ -77,15 +78,23 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 _DRIVER_UNREACHABLE = _driver_errors()
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` is PostgreSQL refusing or losing the connection, as `reaching` judges it: SQLAlchemy's
+    OperationalError, or a raw DBAPI connection's own one without a server's error code (with one, the server
+    answered: a timeout, a lock not available)."""
+    if isinstance(exc, OperationalError):
+        return True
+    return isinstance(exc, _DRIVER_UNREACHABLE) and not (getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None))
+
+
 @contextmanager
 def reaching(url: str) -> Iterator[None]:
     """A connection refused or lost inside is raised as OffsetsDbUnreachable, naming the database without its
-    password. A raw DBAPI connection (psycopg2's or psycopg's) raises its driver's own OperationalError."""
+    password; one a pooler refused for streamfill's connection settings, as the refusal that says which setting
+    (offsets_db.pooling). A raw DBAPI connection (psycopg2's or psycopg's) raises its driver's own OperationalError."""
     try:
         yield
-    except OperationalError as exc:
-        raise OffsetsDbUnreachable(url, exc) from None
-    except _DRIVER_UNREACHABLE as exc:
-        if getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None):
+    except (OperationalError, *_DRIVER_UNREACHABLE) as exc:
+        if not unreachable(exc):
             raise  # the server answered (a timeout, a lock not available): not out of reach
-        raise OffsetsDbUnreachable(url, exc) from None
+        raise startup_refusal(url, exc) or OffsetsDbUnreachable(url, exc) from None

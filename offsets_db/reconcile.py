@@ -3,7 +3,7 @@ with them (rows landed + dead letters = offsets consumed), and the stored result
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psycopg2 import sql
@@ -60,11 +60,14 @@ def _in_ranges(alias: str) -> sql.Composable:
 
 
 def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Range], whole_table: bool,
-                                    job_id: int, upsert: bool = False) -> tuple[str, str]:
+                                    job_id: int, upsert: bool = False,
+                                    other_tables: Sequence[str] = ()) -> tuple[str, str]:
     """Two SQL texts: the rows to check (the whole table, or only those inside `ranges`), and a query with
     GX's `{batch}` placeholder that returns a row when rows landed + dead letters differ from the offsets
-    consumed. In an upsert table a later version replaces an earlier one, so there the check is that rows
-    landed + dead letters do not exceed the offsets consumed. Identifiers and values are quoted by psycopg2."""
+    consumed. Rows landed are the batch's and, for a routed entry, those of its `other_tables` (each record
+    lands in one of its tables). In an upsert table a later version replaces an earlier one, so there the check
+    is that rows landed + dead letters do not exceed the offsets consumed. Identifiers and values are quoted by
+    psycopg2."""
     raw = engine.raw_connection()
     try:
         values, tbl = _ranges_sql(ranges), table_ident(table)
@@ -73,13 +76,16 @@ def checked_rows_and_reconciliation(engine: Engine, table: str, ranges: list[Ran
         else:
             subset = sql.SQL("SELECT t.* FROM {} t WHERE EXISTS (SELECT 1 FROM {} WHERE {})").format(
                 tbl, values, _in_ranges("t"))
+        landed = [sql.SQL("(SELECT count(*) FROM {rows} t WHERE EXISTS (SELECT 1 FROM {v} WHERE {in_t}))").format(
+            rows=rows, v=values, in_t=_in_ranges("t"))
+            for rows in (sql.SQL("(SELECT * FROM {batch})"), *(table_ident(other) for other in other_tables))]
         reconcile = sql.SQL(
             "SELECT c.n AS consumed, l.n AS landed, d.n AS dead_letters FROM "
             "(SELECT sum(end_offset - start_offset) AS n FROM {v}) c, "
-            "(SELECT count(*) AS n FROM (SELECT * FROM {{batch}}) t WHERE EXISTS (SELECT 1 FROM {v} WHERE {in_t})) l, "
+            "(SELECT {landed} AS n) l, "
             "(SELECT count(DISTINCT (d.topic, d.partition, d.\"offset\")) AS n FROM {dead} d "
             " WHERE d.job_id = {job} AND EXISTS (SELECT 1 FROM {v} WHERE {in_d})) d "
-            "WHERE c.n {op} l.n + d.n").format(v=values, in_t=_in_ranges("t"), in_d=_in_ranges("d"),
+            "WHERE c.n {op} l.n + d.n").format(v=values, landed=sql.SQL(" + ").join(landed), in_d=_in_ranges("d"),
                                                 job=sql.Literal(job_id),
                                                 dead=sql.SQL(schema.qualified("dead_letters")),
                                                 op=sql.SQL("<" if upsert else "<>"))

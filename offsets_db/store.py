@@ -19,7 +19,7 @@ from streamfill.connectors.kafka.data_loss import DataLoss
 from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.errors import CheckpointMismatch, JobKindMismatch
 from streamfill.names import validate_job_name
-from streamfill.offsets_db import batch_commit, fencing, plans, resume
+from streamfill.offsets_db import batch_commit, fencing, plans, pooling, resume
 from streamfill.offsets_db.engine import make_engine
 from streamfill.offsets_db.fencing import Holder, Lease
 from streamfill.offsets_db.job_lookup import resolve_job
@@ -32,6 +32,14 @@ __all__ = ["OffsetStore", "CheckpointMismatch", "JobKindMismatch"]
 class OffsetStore:
     def __init__(self, url: str | Engine) -> None:
         self.engine = url if isinstance(url, Engine) else make_engine(url)
+        self._sessions_checked = False
+
+    def _require_sessions(self) -> None:
+        """A launch's first step in offsets_db, before it records anything: PoolingRefused when offsets_db is
+        reached through a pooler its job's hold cannot live behind (offsets_db.pooling); asked once per store."""
+        if not self._sessions_checked:
+            pooling.require_session(self.engine)
+            self._sessions_checked = True
 
     def check_grants(self) -> None:
         """RevisionMismatch unless offsets_db is at this code's migration revision (offsets_db.revision), then
@@ -53,6 +61,7 @@ class OffsetStore:
         a backfill must never move a stream's snapshot. `restart` forgets where a bounded job stands (its
         snapshot, not its history) in the same transaction, so a new plan and old progress never mix."""
         validate_job_name(name)
+        self._require_sessions()
         with Session(self.engine) as s, s.begin():
             stmt = insert(Job).values(name=name, kind=kind, config=config or {})
             s.execute(stmt.on_conflict_do_update(index_elements=[Job.name],
@@ -69,6 +78,7 @@ class OffsetStore:
              on_wait: Callable[[Holder], None] | None = None, run_id: int | None = None) -> Lease:
         """Take the job for this launch (docs/guarantees.md): JobBusy names the launch holding it, unless it ends
         within `wait_s`. Keep the lease for the launch's life; plans and commits carry its generation."""
+        self._require_sessions()
         with Session(self.engine) as s:
             job_id = resolve_job(s, job).id
         return fencing.acquire(self.engine, job, job_id, wait_s=wait_s, wait_hint=wait_hint, on_wait=on_wait,

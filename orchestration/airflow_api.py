@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from streamfill.errors import AirflowError
+from streamfill.errors import AirflowError, AirflowUnreachable
 from streamfill.settings import Settings
 from streamfill.urls import without_password
 
@@ -31,9 +31,12 @@ class AirflowApi:
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 self.token = json.loads(resp.read())["access_token"]
+        except urllib.error.HTTPError as exc:
+            raise AirflowError(f"Airflow at {without_password(self.base)} refused the login of user "
+                               f"{self.login[0]!r}: {exc}; check that user's password") from None
         except urllib.error.URLError as exc:
-            raise AirflowError(f"cannot log in to Airflow at {without_password(self.base)}: {exc}. Start it with "
-                               "`streamfill stack up`") from None
+            raise AirflowUnreachable(f"cannot log in to Airflow at {without_password(self.base)}: {exc}. Start it "
+                                     "with `streamfill stack up`") from None
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         req = urllib.request.Request(f"{self.base}{path}", method=method,

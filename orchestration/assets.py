@@ -6,8 +6,8 @@ They are plain assets: streamfill's events of a table come from the outlets of i
 each entry writing it, the windows' task), never from a watcher of the asset, so any DAG file may declare the
 table's asset as it likes.
 
-The database part of the URIs is the setting STREAMFILL_ASSETS_DATABASE (streamfill/settings.py): parsing a DAG
-file reads no connection, variable or database for it."""
+The database part of the URIs is the setting STREAMFILL_ASSETS_DATABASE (streamfill/settings.py): naming them
+reads no connection, variable or database (a parse reads only the Variable streamfill_jobs_file, for the entries)."""
 
 from __future__ import annotations
 

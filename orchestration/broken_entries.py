@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from streamfill.errors import REFUSAL, StreamfillError
+from streamfill.errors import BAD_INPUT, StreamfillError
 from streamfill.orchestration.jobs_file_variable import pin
 from streamfill.spark_jobs.pipelines import BrokenEntry, JobsFileError, PipelineSpec, load_each
 
@@ -20,7 +20,7 @@ class BrokenEntries(StreamfillError):
     """Entries of the jobs file that cannot become DAGs; the message names each with its file, field, value and
     fix."""
 
-    kind = REFUSAL
+    kind = BAD_INPUT
 
 
 def usable() -> dict[str, PipelineSpec]:

@@ -39,8 +39,9 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
+from streamfill import dag_ids
 from streamfill.connectors.postgres.sink_options import APPEND_NEW, MODES
-from streamfill.orchestration import assets, dag_ids
+from streamfill.orchestration import assets
 from streamfill.orchestration.announce_operator import StreamfillAnnounceOperator
 from streamfill.orchestration.backfill_operator import StreamfillBackfillOperator
 from streamfill.orchestration.broken_entries import usable

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from airflow.sdk import BaseOperator
 
 from streamfill.orchestration.endpoints import ConnIds, Endpoints, endpoints
@@ -25,13 +27,15 @@ class EntryOperator(BaseOperator):
         self.entry, self.spec = entry, spec
         self.kafka_conn_id, self.postgres_conn_id = kafka_conn_id, postgres_conn_id
         self.schema_registry_conn_id, self.spark_conn_id = schema_registry_conn_id, spark_conn_id
+        self.jobs_file: Path | None = None  # the file entry_spec pinned
 
     def entry_spec(self) -> PipelineSpec:
-        """The entry this task runs; the jobs file it comes from is the one the jobs it launches read."""
+        """The entry this task runs; the jobs file it comes from (`jobs_file`) is the one the jobs it launches
+        read, and the one a detached stream's supervision watches."""
         from streamfill.orchestration.jobs_file_variable import pin
         from streamfill.spark_jobs import pipelines
 
-        pin()
+        self.jobs_file = pin()
         if self.spec is not None and self.spec.name == self.entry:
             return self.spec
         return pipelines.entry(self.entry, "entry")

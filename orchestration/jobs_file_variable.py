@@ -23,7 +23,7 @@ def jobs_file() -> Path:
         source = f"the Airflow Variable {VARIABLE}" if chosen else ENV if os.environ.get(ENV) else \
             f"the checkout's default: neither the Variable {VARIABLE} nor {ENV} is set"
         raise JobsFileError(f"no jobs file at {path} ({source}); set the Airflow Variable {VARIABLE} to your jobs "
-                            "file's path (docs/infrastructure.md, \"Into your Airflow 3.3\")")
+                            "file's path (docs/infrastructure.md, \"Into your Airflow 3\")")
     return path
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from streamfill import extras
 from streamfill.orchestration.endpoints import Endpoints
 from streamfill.orchestration.entry_operator import EntryOperator
 from streamfill.orchestration.failures import classed
@@ -13,7 +14,8 @@ from streamfill.spark_jobs.pipelines import PipelineSpec
 
 
 class StreamfillQualityOperator(EntryOperator):
-    """`entry`'s suite on `table` (default: the entry's) for what `job` consumed (default: the entry's stream;
+    """`entry`'s suite on `table` (default: the entry's; a routed entry's: each of its tables, by its own rules)
+    for what `job` consumed (default: the entry's stream;
     templated, e.g. a backfill operator's output). `whole_table`: check every row, not only the job's ranges;
     `fresh_minutes`: the newest record at most that old."""
 
@@ -27,13 +29,15 @@ class StreamfillQualityOperator(EntryOperator):
     def execute(self, context) -> None:
         with classed():
             spec = self.entry_spec()
-            check_quality(spec, self.endpoints(spec), self.job or spec.name, self.table or spec.table,
+            check_quality(spec, self.endpoints(spec), self.job or spec.name, self.table or None,
                           self.whole_table, self.fresh_minutes)
 
 
-def check_quality(spec: PipelineSpec, ends: Endpoints, job: str, table: str, whole_table: bool = False,
+def check_quality(spec: PipelineSpec, ends: Endpoints, job: str, table: str | None, whole_table: bool = False,
                   fresh_minutes: int | None = None) -> None:
-    """Run, store and print the suite; QualityFailed when an expectation fails."""
+    """Run, store and print the suite on `table` (None: the entry's, each of a routed entry's tables);
+    QualityFailed when an expectation fails."""
+    extras.require(extras.QUALITY, "an entry's quality suite (the worker runs Great Expectations)")
     from streamfill.orchestration.task_lineage import lineage_parent
     from streamfill.spark_jobs import quality as q
 

@@ -19,8 +19,8 @@ import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 
+from streamfill import dag_ids
 from streamfill.errors import REFUSAL, StreamfillError
-from streamfill.orchestration import dag_ids
 from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.urls import without_password
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from streamfill import dag_ids
 from streamfill.offsets_db import queries, revision
 from streamfill.offsets_db.engine import make_engine
-from streamfill.orchestration import dag_ids
 from streamfill.partitions import TopicPartition
 
 

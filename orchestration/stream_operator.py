@@ -65,7 +65,8 @@ class StreamfillStreamOperator(EntryOperator):
                               "run_id": os.environ.get("AIRFLOW_CTX_DAG_RUN_ID")})
         self.log.info("%s; supervised from Airflow's triggerer", run.describe())
         self.defer(trigger=StreamSupervision(spec.name, run.run_id, time.time(), spec.model_dump_json(), pipeline,
-                                             self.conn_ids(spec).postgres),
+                                             self.conn_ids(spec).postgres,
+                                             jobs_file=str(self.jobs_file) if self.jobs_file else None),
                    method_name="supervised", kwargs={"restarts": restarts, "started": time.time()})
 
     def supervised(self, context, event: dict, restarts: int = 0, started: float = 0.0) -> None:

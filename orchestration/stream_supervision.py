@@ -2,8 +2,10 @@
 stream task defers to this trigger once its launch has started the query on a Spark Connect server, so no worker
 slot is held while the stream runs. The trigger looks at offsets_db every few seconds, one statement: whether a
 live session holds the job's lease (the query's source holds it for the query's life) and the newest commit; and
-at the jobs file's entry. It fires once, when the query is gone (it failed, was stopped, or its server went) or
-the entry changed; the task then restarts the stream (after a backoff) or follows the entry, and defers again.
+at the entry in the jobs file the task read it from (the triggerer has neither the Airflow Variable that names
+the file nor the task's environment, so the task hands the path over). It fires once, when the query is gone (it
+failed, was stopped, or its server went) or the entry changed; the task then restarts the stream (after a
+backoff) or follows the entry, and defers again.
 """
 
 from __future__ import annotations
@@ -28,19 +30,22 @@ START_GRACE_S = 120.0
 
 class StreamSupervision(BaseTrigger):
     """Watches `job`'s detached run `run_id`, started at `started` (Unix time), whose entry was `entry_json` (the
-    entry as the launch read it; None: not watched)."""
+    entry as the launch read it; None: not watched), read from `jobs_file` (None: STREAMFILL_JOBS_FILE or the
+    checkout's)."""
 
     def __init__(self, job: str, run_id: int, started: float, entry_json: str | None = None,
                  pipeline: str | None = None, postgres_conn_id: str = POSTGRES_CONNECTION,
-                 every_s: float = EVERY_S) -> None:
+                 every_s: float = EVERY_S, jobs_file: str | None = None) -> None:
         super().__init__()
         self.job, self.run_id, self.started, self.entry_json = job, run_id, started, entry_json
         self.pipeline, self.postgres_conn_id, self.every_s = pipeline, postgres_conn_id, every_s
+        self.jobs_file = jobs_file
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"job": self.job, "run_id": self.run_id, "started": self.started, "entry_json": self.entry_json,
-                 "pipeline": self.pipeline, "postgres_conn_id": self.postgres_conn_id, "every_s": self.every_s})
+                 "pipeline": self.pipeline, "postgres_conn_id": self.postgres_conn_id, "every_s": self.every_s,
+                 "jobs_file": self.jobs_file})
 
     async def run(self):
         from airflow.sdk import BaseHook
@@ -89,13 +94,16 @@ class StreamSupervision(BaseTrigger):
         return None
 
     def _entry_changed(self) -> str | None:
-        """The entry read again from the jobs file, when it differs from the one the stream runs."""
+        """The entry read again from the task's jobs file, when it differs from the one the stream runs."""
         if self.entry_json is None:
             return None
-        from streamfill.spark_jobs.pipelines import entry
+        from pathlib import Path
+
+        from streamfill.spark_jobs.pipelines import load_each
 
         try:
-            now = entry(self.pipeline or self.job).model_dump_json()
+            entries = load_each(Path(self.jobs_file) if self.jobs_file else None)
+            now = entries.spec(self.pipeline or self.job).model_dump_json()
         except Exception as exc:  # noqa: BLE001 - an entry being edited: the running one stays, said once a look
             log.warning("stream %s: its entry cannot be read now (%s); the stream runs on as it is", self.job, exc)
             return None

@@ -101,7 +101,8 @@ def run(args: BackfillArgs, spark, kafka: Mapping[str, str], url: str,
 
 def launch(args: BackfillArgs, master: str | None = None) -> Summary:
     """The whole launch, as `streamfill backfill` and spark-submit run it: every check against the broker and
-    offsets_db before Spark starts, a progress bar, a summary. A failure is one message and exit code 1."""
+    offsets_db before Spark starts, a progress bar, a summary. A failure is one message and the exit code of
+    what it was (console.EXIT_CODES)."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 

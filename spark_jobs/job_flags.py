@@ -8,7 +8,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from streamfill.console import job_exit, refusals
+from streamfill.console import refusals, tell
+from streamfill.settings import as_command
 
 A = TypeVar("A")
 
@@ -45,14 +46,18 @@ def argv(cls: type, **values: object) -> list[str]:
 
 def submit_main(cls: type[A], launch: Callable[[A, str | None], object], argv: Sequence[str], prog: str) -> int:
     """A job's spark-submit entry: its flags into its argument model (refused with the flag, the value and the
-    fix), then its launch on the --master given (or the settings'). A refusal or an outage ends it with its own
-    exit code (console.JOB_EXIT_CODES), for the task that launched it."""
-    try:
-        with refusals():
-            args, extra = parse_argv(cls, argv, prog)
-        launch(args, extra["master"])
-    except SystemExit as stop:
-        raise job_exit(stop) from None
+    fix), then its launch on the --master given (or the settings'). Like a `streamfill` command, it says which of
+    the local stack's addresses it takes, and ends with the exit code of what ended it (console.EXIT_CODES), for
+    the task that launched it."""
+    from streamfill.spark_jobs.exits import ended
+
+    with as_command(tell):
+        try:
+            with refusals():
+                args, extra = parse_argv(cls, argv, prog)
+            launch(args, extra["master"])
+        except Exception as exc:
+            raise ended(exc) from None
     return 0
 
 

@@ -34,7 +34,7 @@ from streamfill.spark_jobs.pipelines import PipelineSpec
 from streamfill.spark_jobs.run_record import recorded_run
 from streamfill.spark_jobs.stream_args import StreamArgs
 from streamfill.spark_jobs.stream_checkpoint import refused_checkpoint, set_checkpoint_aside, without_jvm_stack
-from streamfill.spark_jobs.stream_query import check_access, query_plan, start, stream_lineage_io
+from streamfill.spark_jobs.stream_query import check_access, check_start, query_plan, start, stream_lineage_io
 from streamfill.spark_jobs.stream_stop import StopGrace, stop_between_batches, watch_task
 from streamfill.spark_jobs.telemetry import JobMetrics, exporters, job_metrics
 
@@ -59,6 +59,7 @@ def run(args: StreamArgs, spark, kafka: Mapping[str, str], url: str, stop: threa
     the query has stopped. The table is created, given new columns or widened only under that hold."""
     exporters()  # OTEL_METRICS_EXPORTER checked before anything is recorded
     check_access(args, kafka)
+    check_start(args, kafka, url)
     query_plan(spark, args, kafka, url, change=False)
     store = OffsetStore(url)
     store.ensure_job(args.job, "stream")
@@ -169,7 +170,7 @@ def _running(args: StreamArgs, spec: PipelineSpec) -> StreamArgs:
 def launch(args: StreamArgs, master: str | None = None) -> StreamSummary:
     """The whole launch, as `streamfill stream` and spark-submit run it: a session, SIGTERM (or the end of the
     Airflow task that started it) to stop between batches within the stop grace, a line per micro-batch and a
-    summary. A failure is one message and exit code 1."""
+    summary. A failure is one message and the exit code of what it was (console.EXIT_CODES)."""
     from streamfill.spark_jobs.session import job_session, say_where
 
     settings = get_settings()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamfill.connectors.kafka.offsets import parse_start, start_option
+from streamfill.connectors.kafka.offsets import StreamStart, parse_start, start_option
 from streamfill.connectors.kafka.source_declarations import SUBSCRIBE
 from streamfill.durations import stop_grace_seconds
 from streamfill.errors import OptionError
@@ -53,10 +53,15 @@ class StreamArgs(NamesAnEntry):
                                   "--stop-grace" if self.stop_grace else "stop_grace")
 
     @property
+    def start_spec(self) -> StreamStart:
+        """Where the stream starts: --start, else the entry's `start` (earliest by default). offsets_db's position
+        for the job, once it has one, wins over either."""
+        return parse_start(self.start or self.entry.start, "--start" if self.start else "start")
+
+    @property
     def start_option(self) -> tuple[str, str]:
-        """The source option of where the stream starts: --start, else the entry's `start` (earliest by default).
-        offsets_db's position for the job, once it has one, wins over either."""
-        return start_option(parse_start(self.start or self.entry.start, "--start" if self.start else "start"))
+        """The source option of where the stream starts (start_spec)."""
+        return start_option(self.start_spec)
 
     @property
     def subscription(self) -> tuple[str, str]:

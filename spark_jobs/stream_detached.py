@@ -18,7 +18,7 @@ from streamfill.connectors.kafka import source_declarations as kafka_source
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.spark_jobs.launch_args import wait_seconds
 from streamfill.spark_jobs.stream_args import StreamArgs
-from streamfill.spark_jobs.stream_query import check_access, query_plan, start
+from streamfill.spark_jobs.stream_query import check_access, check_start, query_plan, start
 from streamfill.urls import without_password
 
 
@@ -47,6 +47,7 @@ def start_detached(args: StreamArgs, remote: str, kafka: Mapping[str, str], url:
     session_id = str(uuid.uuid4())
     spark = connect_session(remote, session_id)
     check_access(args, kafka)
+    check_start(args, kafka, url)
     query_plan(spark, args, kafka, url, change=False)
     store = OffsetStore(url)
     try:

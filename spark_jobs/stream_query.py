@@ -70,6 +70,24 @@ def check_access(args: StreamArgs, kafka: Mapping[str, str]) -> None:
     Broker(kafka).readable([t for t in topics.split(",") if t] if kind == kafka_source.SUBSCRIBE.key else [])
 
 
+def check_start(args: StreamArgs, kafka: Mapping[str, str], url: str) -> None:
+    """A first launch that starts at a consumer group's offsets (`start: group:NAME`) is refused while the group
+    has live members (a running Kafka Connect sink), before the job is held or anything recorded. The source
+    checks again as it reads the group; a job with a position in offsets_db never reads it."""
+    from streamfill.connectors.kafka import group_start
+    from streamfill.connectors.kafka.broker import Broker
+    from streamfill.connectors.kafka.offsets import GroupOffsets
+    from streamfill.offsets_db.store import OffsetStore
+
+    start = args.start_spec
+    if not isinstance(start, GroupOffsets):
+        return
+    store = OffsetStore(url)
+    if store.snapshot(args.job) or store.first_start(args.job):
+        return
+    group_start.require_idle(start.group, Broker(kafka))
+
+
 def stream_lineage_io(args: StreamArgs, kafka: Mapping[str, str], url: str) -> LineageIO:
     """The topics the stream subscribes to (or its pattern) and its table, for its OpenLineage events."""
     kind, value = args.subscription

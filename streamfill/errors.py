@@ -7,15 +7,18 @@ protocol, the local stack, Airflow).
 
 from __future__ import annotations
 
-# What a failure is, for whoever decides whether to try again (an Airflow task's retries, a job's exit code):
-# a REFUSAL repeats however often it is tried (an input, a configuration, a launch refused); an OUTAGE is
-# something streamfill talks to out of reach, which a later try may find back.
-REFUSAL, OUTAGE = "refusal", "outage"
+# What a failure is, for whoever decides what to do next (a script reading the exit code, an Airflow task's
+# retries; streamfill.console.EXIT_CODES): BAD_INPUT is a flag, a setting, an option or the jobs file that cannot
+# be used; a REFUSAL repeats however often it is tried (a launch refused: fenced, a checkpoint or a revision that
+# disagrees, a grant missing, data lost); HELD is a job another launch holds, free once that launch ends; an
+# OUTAGE is something streamfill talks to out of reach, which a later try may find back; FAILED is a check that
+# ran and found what it checks wrong (a quality suite).
+BAD_INPUT, REFUSAL, HELD, OUTAGE, FAILED = "bad input", "refusal", "held", "outage", "failed"
 
 
 class StreamfillError(Exception):
-    """Base of every error streamfill raises on purpose; `kind` is REFUSAL, OUTAGE or None (neither: a failure a
-    retry may or may not overcome)."""
+    """Base of every error streamfill raises on purpose; `kind` is one of the kinds above, or None (a failure a
+    retry may or may not overcome: a stream that failed, a step of the protocol refused mid-batch)."""
 
     kind: str | None = None
 
@@ -27,7 +30,7 @@ class OptionError(StreamfillError, ValueError):
     setting (`STREAMFILL_PG_PORT`).
     """
 
-    kind = REFUSAL
+    kind = BAD_INPUT
 
     def __init__(self, option: str, value: object, problem: str, fix: str) -> None:
         self.option, self.value, self.problem, self.fix = option, value, problem, fix
@@ -110,9 +113,9 @@ class ForeignCheckpoint(CheckpointMismatch):
 
 class JobBusy(ProtocolError):
     """Another launch holds the job (docs/guarantees.md); the message names it: run id, host,
-    pid and for how long."""
+    pid and for how long. Also a migration refused while streams hold their jobs."""
 
-    kind = REFUSAL
+    kind = HELD
 
 
 class Fenced(ProtocolError):
@@ -137,14 +140,22 @@ class AirflowError(StreamfillError):
     """Airflow's REST API refused a call or a DAG run did not succeed."""
 
 
+class AirflowUnreachable(AirflowError):
+    """Airflow's REST API did not answer at all."""
+
+    kind = OUTAGE
+
+
 class QualityFailed(StreamfillError, AssertionError):
     """A failing expectation: the task fails, the result is stored."""
+
+    kind = FAILED
 
 
 class UnknownJob(StreamfillError, LookupError):
     """A job name offsets_db has never seen; the message lists the known ones where it can."""
 
-    kind = REFUSAL
+    kind = BAD_INPUT
 
 
 class MissingGrant(StreamfillError, PermissionError):
@@ -159,8 +170,15 @@ class RevisionMismatch(StreamfillError):
     kind = REFUSAL
 
 
+class MissingExtra(StreamfillError, ImportError):
+    """A part of streamfill imported where its role is not installed; the message names the extra that installs
+    it (streamfill/extras.py)."""
+
+    kind = REFUSAL
+
+
 def kind_of(exc: BaseException | None) -> str | None:
-    """REFUSAL, OUTAGE or None: what `exc` says of itself (an error not streamfill's says nothing)."""
+    """One of the kinds above, or None: what `exc` says of itself (an error not streamfill's says nothing)."""
     return exc.kind if isinstance(exc, StreamfillError) else None
 
 

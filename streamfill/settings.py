@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
@@ -23,6 +27,7 @@ from streamfill.names import PLAIN_NAME
 from streamfill.option_tables import docs_row
 from streamfill.retention_ages import DEFAULT as DEFAULT_RETENTION
 from streamfill.retention_ages import Retention, parse_age, written
+from streamfill.urls import without_password
 
 AIRFLOW_USER = "admin"
 KAFKA_JOBS_USER = "streamfill"  # the local stack's SCRAM user on its SASL_SSL listener
@@ -33,6 +38,31 @@ DEFAULT_HOME = REPO_ROOT / ".stack" if (REPO_ROOT / "pyproject.toml").is_file() 
 STOP_WITH_ENV = "STREAMFILL_STOP_WITH"
 OFFSETS_DB_SCHEMA = "streamfill"  # offsets_db's own schema, so its jobs/runs/batches never meet a team's tables
 PgSslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]  # libpq's
+
+
+@dataclass
+class _Command:
+    tell: Callable[[str], None]
+    told: set[str] = dataclass_field(default_factory=set)
+
+
+# A service whose address is not set is the local stack's. A command (the CLI, a job's spark-submit entry) says so,
+# once per address, and refuses where STREAMFILL_HOME holds no local stack (`as_command`): a team's machine never
+# reaches 127.0.0.1 by accident. Anything else (a Spark worker, Airflow's processes, a test) takes the local
+# stack's address as it is, as a library would.
+_command: _Command | None = None
+
+
+@contextmanager
+def as_command(tell: Callable[[str], None]) -> Iterator[None]:
+    """While inside, this process runs a command: each address taken from the local stack for want of its
+    setting is told (`tell`, once), and refused (OptionError naming the setting) without a local stack."""
+    global _command
+    before, _command = _command, _Command(tell)
+    try:
+        yield
+    finally:
+        _command = before
 
 
 class Settings(BaseSettings):
@@ -58,7 +88,8 @@ class Settings(BaseSettings):
     airflow_db_name: str = Field("airflow", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     db_url: str | None = Field(
         None, description="offsets_db URL (`postgresql+psycopg2://...`); when set, it carries its own password",
-        json_schema_extra=docs_row("settings", shown_default="the stack's `streamfill` database"))
+        json_schema_extra=docs_row("settings", shown_default="the local stack's `streamfill` database, where "
+                                   "`STREAMFILL_HOME` holds a stack ([below](#addresses-not-set))"))
     assets_database: str | None = Field(
         None, pattern=r"^[a-z][a-z0-9+]*://[^/]+/[^/?#]+$",
         description="the database that names the tables' Airflow Assets (postgres://host:port/database, the "
@@ -76,7 +107,8 @@ class Settings(BaseSettings):
                                   "(unsecured tokens, for tests)")
     kafka_bootstrap_servers: str | None = Field(
         None, description="Kafka for jobs and tests",
-        json_schema_extra=docs_row("settings", shown_default="the stack's broker"))
+        json_schema_extra=docs_row("settings", shown_default="the local stack's broker, where `STREAMFILL_HOME` "
+                                   "holds a stack"))
     kafka_security_protocol: str | None = Field(None, description=f"one of {', '.join(SECURITY_PROTOCOLS)}")
     kafka_sasl_mechanism: str | None = Field(None, description=f"one of {', '.join(SASL_MECHANISMS)}")
     kafka_sasl_username: str | None = None
@@ -91,7 +123,7 @@ class Settings(BaseSettings):
                                            "(it may hold secrets)")
     schema_registry_port: int = Field(8081, ge=1, le=65535, description="the local stack's schema registry")
     schema_registry_url: str | None = Field(None, description="a Confluent-compatible schema registry; defaults "
-                                            "to the local stack's")
+                                            "to the local stack's, where STREAMFILL_HOME holds a stack")
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
     spark_master: str = Field("local[*]", description="any Spark master URL", json_schema_extra=docs_row("settings"))
@@ -100,7 +132,8 @@ class Settings(BaseSettings):
     spark_remote: str | None = Field(
         None, pattern=r"^sc://[^/]+(/.*)?$",
         description="a Spark Connect server (`sc://host:15002`) where a detached stream's driver runs",
-        json_schema_extra=docs_row("settings", shown_default="the local stack's"))
+        json_schema_extra=docs_row("settings", shown_default="the local stack's, where `STREAMFILL_HOME` holds a "
+                                   "stack"))
     start_timeout: float = Field(240.0, gt=0, description="seconds each service may take to answer",
                                  json_schema_extra=docs_row("settings"))
     # what goes once older than each age (docs/operations.md's retention table)
@@ -157,12 +190,35 @@ class Settings(BaseSettings):
     def offsets_db_url(self) -> str:
         if self.db_url:
             return self.db_url
-        return self._stack_db_url(self.db_name)
+        return self._local("offsets_db", "STREAMFILL_DB_URL", self._stack_db_url(self.db_name),
+                           "offsets_db's URL, e.g. postgresql+psycopg2://USER:PASSWORD@HOST:5432/DATABASE")
+
+    @property
+    def local_stack(self) -> bool:
+        """Whether `streamfill stack up` ran with this home: its first start writes the PostgreSQL password file."""
+        try:
+            return self.pg_password_file.is_file()
+        except OSError:  # another OS user's stack: not this user's to fall back to
+            return False
+
+    def _local(self, service: str, setting: str, address: str, example: str) -> str:
+        """`address`, the local stack's `service`, for want of `setting` (said or refused in a command,
+        `as_command`)."""
+        if _command is None:
+            return address
+        if not self.local_stack:
+            raise OptionError(setting, None, f"is not set, and STREAMFILL_HOME ({self.home}) holds no local stack "
+                              f"whose {service} to use instead", f"Set {setting} to {example}, or start the "
+                              "local stack there with `streamfill stack up`")
+        if setting not in _command.told:
+            _command.told.add(setting)
+            _command.tell(f"{service}: the local stack's {without_password(address)} ({setting} is not set)")
+        return address
 
     @property
     def assets_database_url(self) -> str:
-        """The database part of the tables' Asset URIs: a setting, read without Airflow's connections, so a DAG
-        file parses with no connection, variable or database reachable."""
+        """The database part of the tables' Asset URIs: a setting, read without Airflow's connections, so naming
+        the assets while a DAG file parses needs no connection, variable or database."""
         return self.assets_database or self.db_url or f"postgres://{self.host}:{self.pg_port}/{self.db_name}"
 
     @property
@@ -196,7 +252,9 @@ class Settings(BaseSettings):
 
     @property
     def bootstrap_servers(self) -> str:
-        return self.kafka_bootstrap_servers or f"{self.host}:{self.kafka_port}"
+        return self.kafka_bootstrap_servers or self._local(
+            "Kafka", "STREAMFILL_KAFKA_BOOTSTRAP_SERVERS", f"{self.host}:{self.kafka_port}",
+            "the cluster's bootstrap servers, e.g. broker-1:9092,broker-2:9092")
 
     def kafka_client(self) -> dict[str, str]:
         """The cluster's librdkafka settings (secrets included: hand them to a client, never to a log)."""
@@ -263,7 +321,9 @@ class Settings(BaseSettings):
     @property
     def spark_remote_url(self) -> str:
         """The Spark Connect server of detached streams: STREAMFILL_SPARK_REMOTE, else the local stack's."""
-        return self.spark_remote or f"sc://{self.host}:{self.spark_connect_port}"
+        return self.spark_remote or self._local("Spark Connect", "STREAMFILL_SPARK_REMOTE",
+                                                f"sc://{self.host}:{self.spark_connect_port}",
+                                                "a Spark Connect server, e.g. sc://spark-connect:15002")
 
     @property
     def local_schema_registry_url(self) -> str:
@@ -271,7 +331,9 @@ class Settings(BaseSettings):
 
     def schema_registry(self) -> dict[str, str]:
         """The registry's client settings (confluent-kafka's SchemaRegistryClient names; secrets included)."""
-        conf = {"url": self.schema_registry_url or self.local_schema_registry_url}
+        conf = {"url": self.schema_registry_url or self._local(
+            "schema registry", "STREAMFILL_SCHEMA_REGISTRY_URL", self.local_schema_registry_url,
+            "the registry's URL, e.g. https://registry:8081")}
         if self.schema_registry_username:
             password = self.schema_registry_password.get_secret_value() if self.schema_registry_password else ""
             conf["basic.auth.user.info"] = f"{self.schema_registry_username}:{password}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+from streamfill import dag_ids
 from streamfill.cli.stack.airflow import reserialize
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 
 

@@ -12,8 +12,7 @@ import urllib.error
 
 from sqlalchemy import create_engine, text
 
-from streamfill import REPO_ROOT
-from streamfill.orchestration import dag_ids
+from streamfill import REPO_ROOT, dag_ids
 from streamfill.settings import Settings
 
 log = logging.getLogger("streamfill.tests.cleanup")

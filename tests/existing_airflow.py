@@ -37,27 +37,38 @@ COMPONENTS = {"api-server": ["api-server"], "scheduler": ["scheduler", "--skip-s
 # what pip puts in bin/ for the third-party packages the tasks and the test call (pyspark's spark-submit sources
 # find-spark-home, which runs find_spark_home.py)
 PYSPARK_SCRIPTS = ("spark-submit", "find-spark-home", "find_spark_home.py")
+# what a build and `make release` read beside the packages (setup.py numbers the version from the CHANGELOG)
+BUILD_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "Makefile",
+               "constraints.txt")
 
 
-def checkout_version() -> str:
-    """The version setuptools-scm gives a build of this checkout (from its git tags)."""
-    from setuptools_scm import get_version
+def tagless_clone(dest: Path) -> Path:
+    """A clone of the repository without its tags, holding the working tree's packages and build files in place of
+    the committed ones: what a team's clone of this code without tags builds (tests build from it, not in the
+    working tree, which other processes share)."""
+    subprocess.run(["git", "clone", "-q", "--no-tags", str(REPO_ROOT), str(dest)], check=True, capture_output=True,
+                   timeout=120)
+    tags = subprocess.run(["git", "tag"], cwd=dest, capture_output=True, text=True, check=True).stdout.split()
+    if tags:
+        subprocess.run(["git", "tag", "-d", *tags], cwd=dest, check=True, capture_output=True)
+    for name in PACKAGES:
+        shutil.rmtree(dest / name, ignore_errors=True)
+        shutil.copytree(REPO_ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in BUILD_FILES:
+        shutil.copy(REPO_ROOT / name, dest / name)
+    return dest
 
-    return get_version(root=str(REPO_ROOT))
+
+def wheel_version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
 
 
 def build_wheel(dest: Path) -> Path:
-    """The project's wheel, built from a copy of what it packages: pip builds in the source tree, and the
-    working tree is shared with other processes."""
-    source = dest / "source"
-    for name in PACKAGES:
-        shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, source / name)
-    # the copy has no .git: it gets the checkout's version from git (setuptools-scm), as a wheel built there would
-    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": checkout_version()}
+    """The project's wheel as `pip wheel` builds it in a clone without tags (tagless_clone): numbered from the
+    CHANGELOG's top section, `0.2.0.devN+g<commit>` (streamfill/version.py)."""
+    source = tagless_clone(dest / "source")
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist"),
-                           f"{source}/"], capture_output=True, text=True, timeout=600, env=env)
+                           f"{source}/"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return next((dest / "dist").glob("streamfill-*.whl"))
 

@@ -44,7 +44,7 @@ def interpreter(version: str) -> Path:
 
 
 def oldest_airflow() -> str:
-    spec = next(d for d in pyproject()["project"]["dependencies"] if d.startswith("apache-airflow>"))
+    spec = next(d for d in pyproject()["project"]["optional-dependencies"]["airflow"] if d.startswith("apache-airflow>"))
     return re.search(r">=([\d.]+)", spec)[1]
 
 
@@ -70,7 +70,7 @@ def one(version: str, airflow: str | None) -> dict:
     run([str(bin_ / "pip"), "install", "-q", "-U", "pip", *(["uv"] if airflow else [])], log, check=True)
     install = [str(bin_ / "uv"), "pip", "install", "--python", str(bin_ / "python"), "--resolution", "lowest-direct",
                f"apache-airflow=={airflow}"] if airflow else [str(bin_ / "pip"), "install", "-q"]
-    if run([*install, "-e", f"{REPO_ROOT}[dev]"], log).returncode:
+    if run([*install, "-e", f"{REPO_ROOT}[all,dev]"], log).returncode:
         return {**row, "install": "failed", "unit": "-", "backfill": "-"}
     frozen = run([str(bin_ / "pip"), "freeze"], folder / "freeze.txt")
     pins = dict(line.lower().split("==", 1) for line in (folder / "freeze.txt").read_text().splitlines()

@@ -20,7 +20,7 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
     """Apply offsets_db migrations to STREAMFILL_DB_URL (the local stack's database by default). Refused while a
     stream holds its job: stop the streams first (docs/upgrading.md)."""
     from streamfill.console import refusals
-    from streamfill.errors import StreamfillError
+    from streamfill.errors import JobBusy
     from streamfill.offsets_db.engine import make_engine, reaching
     from streamfill.offsets_db.fencing import streams_holding
     from streamfill.offsets_db.migrate import upgrade as migrate
@@ -35,7 +35,7 @@ def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upg
         finally:
             engine.dispose()
         if running and not while_running:
-            raise StreamfillError(
+            raise JobBusy(
                 f"{len(running)} stream(s) hold their jobs in offsets_db at {without_password(url)}: "
                 + "; ".join(running) + ". Stop them first (their stream DAGs' tasks, or the `streamfill stream` "
                 "processes), then upgrade and start them with the new version; or give --while-running to "

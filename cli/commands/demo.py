@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from streamfill import dag_ids, extras
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.console import console, refusals, say
-from streamfill.orchestration import dag_ids
 from streamfill.settings import Settings, get_settings
 
 WINDOW_TABLE = "orders_window"
@@ -27,6 +27,7 @@ def demo(
     """The main job through Airflow: produce events, trigger the stream DAG and a replay of a time window
     through Airflow's REST API, then show what landed, the offsets, the quality results and the UI."""
     with refusals():
+        extras.require(extras.ALL, "`streamfill demo` (the local stack's Airflow, Spark and quality checks)")
         out = run(get_settings(), count, bad_ratio, say)
     table = Table(title="what landed")
     table.add_column("table")

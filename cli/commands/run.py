@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from streamfill import extras
 from streamfill.console import refusals
 from streamfill.spark_jobs.backfill_plan import DEFAULT_CHUNK
 
@@ -49,6 +50,8 @@ def stream(
         "--remote", help="the Spark Connect server of --detach and --stop, sc://host:15002")] = None,
 ) -> None:
     """Kafka into Postgres, exactly-once, until stopped (SIGTERM or Ctrl-C finish the batch in flight)."""
+    with refusals():
+        extras.require(extras.SPARK, "`streamfill stream`")
     from streamfill.console import console
     from streamfill.offsets_db.engine import reaching
     from streamfill.settings import get_settings
@@ -90,6 +93,8 @@ def backfill(
     master: MasterOpt = None,
 ) -> None:
     """Reprocess a past range into Postgres: planned and recorded first, committed chunk by chunk, resumable."""
+    with refusals():
+        extras.require(extras.SPARK, "`streamfill backfill`")
     from streamfill.spark_jobs import backfill as job_module
 
     with refusals():

@@ -4,7 +4,9 @@ that writes a consumer group's committed offsets (`commitToGroup`), and the one 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -255,31 +257,61 @@ class Broker:
     def require_group(self, group: str) -> None:
         """Refuse, naming the group and the fix, when commit_group could not work: no ACL lets this client's user
         READ the group, or the group has live members (Kafka refuses offsets committed from outside them)."""
+        hosts = self.group_members(group, AclOperation.READ)
+        if hosts:
+            raise BrokerRefused(f"consumer group {group!r} on {describe(self.kafka)} has live members ({hosts}): Kafka "
+                              "refuses offsets committed from outside them. Give commitToGroup a group no consumer "
+                              "joins, one kept for this job's lag")
+
+    def group_members(self, group: str, operation: AclOperation) -> str:
+        """The group's live members as "client on host, ..." (empty: none); refused, naming the group, when no ACL
+        lets this client's user do `operation` (READ, DESCRIBE) on it."""
+        found = self._group_answer(
+            group, operation.name.lower(), f"describing consumer group {group!r}",
+            lambda: self._admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                         request_timeout=self.timeout_s)[group])
+        granted = found.authorized_operations  # None: the broker runs no authorizer
+        implied = {operation, AclOperation.ALL} | ({AclOperation.READ} if operation == AclOperation.DESCRIBE else set())
+        if granted is not None and not implied & set(granted):
+            raise BrokerRefused(not_authorized(self.kafka, group, operation.name.lower(), "consumer group"))
+        return ", ".join(sorted({f"{m.client_id} on {m.host}" for m in found.members}))
+
+    def _group_answer(self, group: str, operation: str, what: str, ask: Callable[[], Future]) -> Any:
+        """The answer of a request about a consumer group (`ask` sends it); asked again while the group's coordinator
+        moves, refused naming the group when this client's user may not `operation` it."""
         started = time.monotonic()
         while True:
-            future = self._admin.describe_consumer_groups([group], include_authorized_operations=True,
-                                                          request_timeout=self.timeout_s)[group]
+            future = ask()
             try:
-                found = future.result(timeout=self.timeout_s)
-                break
+                return future.result(timeout=self.timeout_s)
             except Exception as exc:  # KafkaException or a timeout
                 error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                    raise BrokerRefused(not_authorized(self.kafka, group, "read", "consumer group")) from None
+                    raise BrokerRefused(not_authorized(self.kafka, group, operation, "consumer group")) from None
                 # a coordinator that is moving or still loading its groups answers again shortly
                 moving = error is not None and (error.retriable() or error.code() in _COORDINATOR_MOVING)
                 if moving and time.monotonic() - started < self.timeout_s:
                     time.sleep(0.2)
                     continue
-                raise self._fail(f"describing consumer group {group!r}", exc, started) from None
-        granted = found.authorized_operations  # None: the broker runs no authorizer
-        if granted is not None and AclOperation.READ not in granted and AclOperation.ALL not in granted:
-            raise BrokerRefused(not_authorized(self.kafka, group, "read", "consumer group"))
-        if found.members:
-            hosts = ", ".join(sorted({f"{m.client_id} on {m.host}" for m in found.members}))
-            raise BrokerRefused(f"consumer group {group!r} on {describe(self.kafka)} has live members ({hosts}): Kafka "
-                              "refuses offsets committed from outside them. Give commitToGroup a group no consumer "
-                              "joins, one kept for this job's lag")
+                raise self._fail(what, exc, started) from None
+
+    def committed_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offset (the next record to read) of each of `partitions` that has one."""
+        if not partitions:
+            return {}
+        request = ConsumerGroupTopicPartitions(group, [KTopicPartition(tp.topic, tp.partition)
+                                                       for tp in sorted(partitions)])
+        found = self._group_answer(
+            group, "describe", f"reading the committed offsets of consumer group {group!r}",
+            lambda: self._admin.list_consumer_group_offsets([request], request_timeout=self.timeout_s)[group])
+        out: dict[TopicPartition, int] = {}
+        for ktp in found.topic_partitions:
+            if ktp.error is not None:
+                raise BrokerError(f"reading the committed offset of {ktp.topic}-{ktp.partition} in consumer group "
+                                  f"{group!r} on {describe(self.kafka)} failed: {ktp.error.str()}")
+            if ktp.offset >= 0:  # librdkafka's OFFSET_INVALID (-1001): nothing committed for the partition
+                out[TopicPartition(ktp.topic, ktp.partition)] = ktp.offset
+        return out
 
     def ensure_topic(self, topic: str, partitions: int | None = None) -> int:
         """The topic's partition count, creating it when missing (one partition unless `partitions` says)."""

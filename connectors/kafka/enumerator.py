@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from streamfill.connectors.kafka import data_loss, planner
+from streamfill.connectors.kafka import data_loss, group_start, planner
 from streamfill.connectors.kafka.broker import Broker
 from streamfill.connectors.kafka.data_loss import DataLoss
 from streamfill.connectors.kafka.offsets import (
     Earliest,
     GlobalTimestamp,
+    GroupOffsets,
     Latest,
     TimestampByPartition,
     Watermarks,
@@ -19,7 +20,7 @@ from streamfill.connectors.kafka.offsets import (
 )
 from streamfill.connectors.kafka.options import SourceOptions
 from streamfill.connectors.kafka.planner import OffsetRange
-from streamfill.connectors.kafka.source_declarations import SUBSCRIBE_PATTERN
+from streamfill.connectors.kafka.source_declarations import STARTING_GROUP, SUBSCRIBE_PATTERN
 from streamfill.connectors.kafka.subscription import SubscribePattern
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
@@ -74,6 +75,8 @@ def _spec_name(opts: SourceOptions, side: str) -> str:
         return f"{side}Timestamp"
     if isinstance(spec, TimestampByPartition):
         return f"{side}OffsetsByTimestamp"
+    if isinstance(spec, GroupOffsets):
+        return STARTING_GROUP.key
     return f"{side}Offsets"
 
 
@@ -101,7 +104,12 @@ class StreamEnumerator:
     def _resolve_initial(self, resume: Positions) -> Positions:
         parts = _partitions(self.opts, self.broker)
         wm = self.broker.watermarks(parts)
-        start = resolve(self.opts.starting, parts, wm, self.broker.offsets_for_times,
+        spec = self.opts.starting
+        if isinstance(spec, GroupOffsets):
+            # the group is read by a stream's first launch only: a job with a position took the group's offsets
+            # then, and its partitions new since start at earliest, as partitions new to a running stream do
+            spec = Earliest() if resume else group_start.offsets_of(spec.group, parts, self.broker)
+        start = resolve(spec, parts, wm, self.broker.offsets_for_times,
                         option=_spec_name(self.opts, "starting"), default=Latest(), strict=self.opts.strict_offsets)
         start = {tp: off for tp, off in start.items() if tp not in resume}
         planner.check_within_log(start, wm, option=_spec_name(self.opts, "starting"))

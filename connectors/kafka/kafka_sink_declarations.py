@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from streamfill.declarations import Option
 
+# the producer's settings under the sink's own `kafka.*` options: Spark's delivery timeout (librdkafka's own is
+# 300 s), and records batched for a few milliseconds and compressed, for fewer and smaller requests
+PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compression.type": "lz4"}
+
 KAFKA_BOOTSTRAP_SERVERS = Option(
     "kafka.bootstrap.servers", required=True, group="kafka",
-    doc='passed to the producer (`kafka.delivery.timeout.ms` defaults to Spark\'s 120 s). '
+    doc='passed to the producer, over streamfill\'s defaults '
+        + ", ".join(f"`kafka.{key}` {value}" for key, value in PRODUCER_DEFAULTS.items())
+        + ' (each overridden by the option of that name; the delivery timeout is Spark\'s 120 s). '
         '`kafka.transactional.id`, `kafka.key.serializer` and `kafka.value.serializer` are refused: the sink sets '
         'them.')
 KAFKA_PROPERTIES = Option("kafka.*", group="kafka")  # every other `kafka.` option goes to the producer as it is

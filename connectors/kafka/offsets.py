@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from streamfill.connectors.kafka.source_declarations import STARTING_OFFSETS, STARTING_TIMESTAMP
+from streamfill.connectors.kafka.source_declarations import STARTING_GROUP, STARTING_OFFSETS, STARTING_TIMESTAMP
 from streamfill.errors import OptionError
 from streamfill.partitions import Positions, TopicPartition
 
@@ -47,7 +47,15 @@ class TimestampByPartition:
     timestamps: tuple[tuple[TopicPartition, int], ...]
 
 
-OffsetSpec = Earliest | Latest | SpecificOffsets | GlobalTimestamp | TimestampByPartition
+@dataclass(frozen=True)
+class GroupOffsets:
+    """A consumer group's committed offsets, each the next record to read: where a Kafka Connect sink stopped.
+    A stream's start only (`startingGroup`), resolved by the enumerator, which asks the broker."""
+
+    group: str
+
+
+OffsetSpec = Earliest | Latest | SpecificOffsets | GlobalTimestamp | TimestampByPartition | GroupOffsets
 
 SPEC_HELP = ("earliest, latest, per-partition offsets as JSON ('{\"0\": 100, \"1\": 250}') or an ISO-8601 time "
              "('2026-11-22T10:00:00Z')")
@@ -92,11 +100,21 @@ def parse_spec(raw: str, option: str, *, side: str, bounded: bool, topic: str | 
     return SpecificOffsets(tuple(pairs))
 
 
-START_HELP = "earliest, latest or an ISO-8601 time ('2026-11-22T10:00:00Z')"
+GROUP_START = "group:"  # a start at a consumer group's committed offsets: `group:connect-NAME`
+CONNECT_GROUP_PREFIX = "connect-"  # Kafka Connect names a sink connector's group connect-<connector name>
+START_HELP = ("earliest, latest, an ISO-8601 time ('2026-11-22T10:00:00Z') or group:NAME (the committed offsets of "
+              "consumer group NAME, e.g. a Kafka Connect sink's group:connect-my-sink)")
+
+StreamStart = Earliest | Latest | GlobalTimestamp | GroupOffsets
 
 
-def parse_start(raw: str, option: str) -> Earliest | Latest | GlobalTimestamp:
+def parse_start(raw: str, option: str) -> StreamStart:
     """Where a stream starts when offsets_db has no position for its job (an entry's `start:`, `--start`)."""
+    if raw.strip().lower().startswith(GROUP_START):
+        group = raw.strip()[len(GROUP_START):].strip()
+        if not group:
+            raise OptionError(option, raw, "names no consumer group", "write group:NAME, e.g. group:connect-my-sink")
+        return GroupOffsets(group)
     if raw.strip().startswith("{"):
         raise OptionError(option, raw, "is not a start of a whole stream", f"use {START_HELP}")
     try:
@@ -108,8 +126,10 @@ def parse_start(raw: str, option: str) -> Earliest | Latest | GlobalTimestamp:
     return spec
 
 
-def start_option(spec: Earliest | Latest | GlobalTimestamp) -> tuple[str, str]:
+def start_option(spec: StreamStart) -> tuple[str, str]:
     """The source option (name, value) that starts a read at `spec`."""
+    if isinstance(spec, GroupOffsets):
+        return STARTING_GROUP.key, spec.group
     if isinstance(spec, GlobalTimestamp):
         return STARTING_TIMESTAMP.key, str(spec.timestamp_ms)
     return STARTING_OFFSETS.key, "earliest" if isinstance(spec, Earliest) else "latest"
@@ -164,6 +184,8 @@ def resolve(spec: OffsetSpec, partitions: list[TopicPartition], watermarks: Wate
     Partitions that a per-partition spec leaves out take `default` (earliest for a start, latest for an end),
     unlike Spark, which fails the query; `strict=True` restores Spark's failure.
     """
+    if isinstance(spec, GroupOffsets):  # a programming error: group_start turns it into offsets first
+        raise TypeError("a group's committed offsets come from the broker: resolve group_start.offsets_of's result")
     if isinstance(spec, Earliest):
         return {tp: watermarks[tp][0] for tp in partitions}
     if isinstance(spec, Latest):

@@ -17,6 +17,7 @@ from streamfill.connectors.kafka.json_values import JsonColumns
 from streamfill.connectors.kafka.offsets import (
     Earliest,
     GlobalTimestamp,
+    GroupOffsets,
     Latest,
     OffsetSpec,
     TimestampByPartition,
@@ -46,6 +47,7 @@ from streamfill.connectors.kafka.source_declarations import (
     MIN_PARTITIONS,
     OFFSETS_DB_URL,
     POLL_TIMEOUT_MS,
+    STARTING_GROUP,
     STARTING_OFFSETS,
     STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP,
@@ -113,8 +115,9 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
             raise OptionError(bounded_only.key, opts[bounded_only.name], "is not valid for a streaming query",
                               "Use spark.read for a bounded range")
     subscription = _subscription(opts)
-    starting = _spec(opts, (STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS), "starting",
-                     default=Latest() if streaming else Earliest(), bounded=not streaming)
+    starting = _group_start(opts, streaming) or _spec(
+        opts, (STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS), "starting",
+        default=Latest() if streaming else Earliest(), bounded=not streaming)
     ending = None if streaming else _spec(opts, (ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS),
                                           "ending", default=Latest(), bounded=True)
     max_per = _positive(opts, MAX_OFFSETS_PER_TRIGGER)
@@ -251,6 +254,24 @@ def _spec(opts: dict[str, str], options: tuple[Option, Option, Option], side: st
     if offsets.name not in opts:
         return default
     return parse_spec(opts[offsets.name], offsets.key, side=side, bounded=bounded)
+
+
+def _group_start(opts: dict[str, str], streaming: bool) -> GroupOffsets | None:
+    """startingGroup: a stream's start at a consumer group's committed offsets, alone of the starting options."""
+    raw = opts.get(STARTING_GROUP.name)
+    if raw is None:
+        return None
+    if not streaming:
+        raise OptionError(STARTING_GROUP.key, raw, "is a stream's start, not a bounded read's",
+                          "Give spark.read startingOffsets (per-partition JSON) instead")
+    others = [o.key for o in (STARTING_OFFSETS, STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP) if o.name in opts]
+    if others:
+        raise OptionError(STARTING_GROUP.key, raw, f"is given with {', '.join(others)}: a stream has one start",
+                          f"Keep {STARTING_GROUP.key} or the other, not both")
+    if not raw.strip():
+        raise OptionError(STARTING_GROUP.key, raw, "names no consumer group", "Give the group's name, e.g. "
+                          "connect-my-sink (a Kafka Connect sink's group is connect-<connector name>)")
+    return GroupOffsets(raw.strip())
 
 
 def _json(raw: str, name: str, example: str) -> object:

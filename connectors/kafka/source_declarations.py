@@ -39,6 +39,16 @@ STARTING_OFFSETS_BY_TIMESTAMP = Option(
     doc='JSON `{"topic": {"0": 1700000000000}}`. A timestamp newer than every record resolves to the log end (an '
         'empty range), not an error.')
 ENDING_OFFSETS_BY_TIMESTAMP = Option("endingOffsetsByTimestamp", group="by timestamp")
+STARTING_GROUP = Option(
+    "startingGroup",
+    doc="streams only, instead of the other starting options: the committed offsets of this Kafka consumer group, "
+        "each the next record to read (where a stopped Kafka Connect sink left off; see "
+        "[From Kafka Connect](from-connect.md)). A partition the group has no offset for starts at its earliest "
+        "offset, as a Connect sink's does, and the driver logs it. Read once, when the stream has neither a "
+        "checkpoint nor a position in offsets_db; with `job`, the offsets read are the job's position at once, "
+        "before any batch. Refused while the group has live members (a running connector), when it has no "
+        "committed offset for any partition read (a misspelt group), or when this client may not describe the "
+        "group. An entry's `start: group:NAME` (or `--start group:NAME`) sets it.")
 STRICT_OFFSETS = Option(
     "strictOffsets", default="false",
     doc='`{default}` (default): partitions a per-partition JSON leaves out get `earliest` as a start and `latest` '
@@ -123,8 +133,9 @@ COMMIT_TO_GROUP = Option(
 # the docs table's order
 SOURCE_OPTIONS = (KAFKA_BOOTSTRAP_SERVERS, KAFKA_PROPERTIES, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS,
                   ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP,
-                  ENDING_OFFSETS_BY_TIMESTAMP, STRICT_OFFSETS, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
-                  MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, MAX_PARTITIONS, FAIL_ON_DATA_LOSS,
+                  ENDING_OFFSETS_BY_TIMESTAMP, STARTING_GROUP, STRICT_OFFSETS, MAX_OFFSETS_PER_TRIGGER,
+                  MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, MAX_PARTITIONS,
+                  FAIL_ON_DATA_LOSS,
                   INCLUDE_HEADERS, POLL_TIMEOUT_MS, JOB, OFFSETS_DB_URL, WAIT_FOR_JOB, JOB_GENERATION, JOB_RUN,
                   JSON_COLUMNS,
                   COMMIT_TO_GROUP)

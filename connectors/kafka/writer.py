@@ -19,11 +19,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streamfill import failpoints
 from streamfill.connectors.kafka.client import not_authorized, refusal
+from streamfill.connectors.kafka.kafka_sink_declarations import PRODUCER_DEFAULTS
 from streamfill.errors import BrokerError
 from streamfill.kafka_client import describe
-
-# Spark's producer default; librdkafka's own is 300 s
-PRODUCER_DEFAULTS = {"delivery.timeout.ms": "120000", "linger.ms": "5", "compression.type": "lz4"}
 
 
 @dataclass

@@ -15,9 +15,9 @@ from typing import Protocol
 
 from sqlalchemy import Engine, select
 
+from streamfill import dag_ids
 from streamfill.names import WINDOW
 from streamfill.offsets_db.models import Job, Run
-from streamfill.orchestration import dag_ids
 from streamfill.spark_jobs.pipelines import PipelineSpec
 
 

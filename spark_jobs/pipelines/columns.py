@@ -1,6 +1,6 @@
-"""A typed column of a pipeline entry (docs/pipelines.md, "Columns"): its type, its rules and the field of the
-value it reads; and the names the platform keeps for its own columns. An entry's `columns:` and a routed table's
-`columns:` are both made of these."""
+"""A typed column of a pipeline entry (docs/pipelines.md, "Types" and "Rules"): its type, its rules and the field
+of the value it reads; and the names the platform keeps for its own columns. An entry's `columns:` and a routed
+table's `columns:` are both made of these."""
 
 from __future__ import annotations
 

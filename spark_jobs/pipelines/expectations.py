@@ -1,6 +1,8 @@
 """Great Expectations from a pipeline entry: every column rule (streamfill.rules) is also an expectation on the
 table, so what the stream rejects and what quality checks can never drift apart; plus the entry's extra
-expectations (`quality:`, GX names with keyword arguments) and, for a business key, its uniqueness.
+expectations (`quality:`, GX names with keyword arguments) and, for a business key, its uniqueness. A routed
+entry's tables each get their own: the table's columns, rules and key, and the `quality:` expectations whose
+columns it has.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from streamfill.errors import OptionError
 from streamfill.rules import BOUNDS, BrokenWhen, Rule
 from streamfill.spark_jobs.pipelines.columns import COORDINATES, ColumnSpec
+from streamfill.spark_jobs.pipelines.routes import RouteTable
 from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
@@ -20,8 +23,33 @@ def class_name(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
 
-def extra(spec: PipelineSpec) -> list:
-    """The entry's `quality:` expectations, built (and so validated) by GX."""
+def extra(spec: PipelineSpec, routed: RouteTable | None = None) -> list:
+    """The entry's `quality:` expectations, built (and so validated) by GX; on `routed`, one table of a routed
+    entry, those naming only columns it has (one naming no column: each table's). An expectation naming a column
+    no table of the entry has is refused, so a typo never checks nothing."""
+    built = _built(spec)
+    if not spec.route_tables():
+        return built
+    tables = {t.table: set(t.table_columns()) for t in spec.route_tables()}
+    for given, expectation in zip(spec.quality, built, strict=True):
+        named = _columns_of(expectation)
+        if not any(named <= columns for columns in tables.values()):
+            raise OptionError("quality", given, f"names {', '.join(sorted(named))}, which no table of the routed job "
+                              f"{spec.name!r} has together",
+                              "name the columns of one of its tables (" + "; ".join(
+                                  f"{t}: {', '.join(sorted(c))}" for t, c in tables.items()) + ")")
+    if routed is None:
+        return built
+    return [e for e in built if _columns_of(e) <= set(routed.table_columns())]
+
+
+def _columns_of(expectation: Any) -> set[str]:
+    """The columns an expectation names (GX's keyword arguments column, column_A, column_B, column_list)."""
+    named = [getattr(expectation, k, None) for k in ("column", "column_A", "column_B")]
+    return {c for c in named if isinstance(c, str)} | set(getattr(expectation, "column_list", None) or ())
+
+
+def _built(spec: PipelineSpec) -> list:
     import great_expectations.expectations as gxe
 
     out = []
@@ -41,12 +69,12 @@ def extra(spec: PipelineSpec) -> list:
     return out
 
 
-def from_rules(spec: PipelineSpec) -> list:
-    """One expectation per column rule, in the entry's order; a business key is unique. A routed entry's
-    table (spec.table) is its first route table: its columns, rules and key."""
+def from_rules(spec: PipelineSpec, routed: RouteTable | None = None) -> list:
+    """One expectation per column rule, in the entry's order; a business key is unique. For a routed entry, those
+    of `routed`, one of its tables (default: its first, spec.table): that table's columns, rules and key."""
     import great_expectations.expectations as gxe
 
-    routed = next(iter(spec.route_tables()), None)
+    routed = routed or next(iter(spec.route_tables()), None)
     columns, rules_of, key = (routed.columns, routed.rules, routed.key) if routed else (spec.columns, spec.rules,
                                                                                           spec.key)
     out: list = []
@@ -82,8 +110,9 @@ def _expectation(gxe: Any, column: str, rule: Rule, bounds: dict[BrokenWhen, Any
     return gxe.ExpectColumnValueLengthsToBeBetween(column=column, max_value=rule.operand)
 
 
-def for_entry(spec: PipelineSpec) -> list:
-    return [*from_rules(spec), *extra(spec)]
+def for_entry(spec: PipelineSpec, routed: RouteTable | None = None) -> list:
+    """The expectations of the entry's table, or of `routed`, one table of a routed entry."""
+    return [*from_rules(spec, routed), *extra(spec, routed)]
 
 
 def _bound(c: ColumnSpec, value: Any) -> Any:

@@ -17,14 +17,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from streamfill import REPO_ROOT
-from streamfill.errors import REFUSAL, OptionError, StreamfillError
+from streamfill.errors import BAD_INPUT, OptionError, StreamfillError
 from streamfill.spark_jobs.pipelines.spec import PipelineSpec
 
 
 class JobsFileError(StreamfillError, ValueError):
     """A jobs file that cannot be used: the message names the file, the job and the field."""
 
-    kind = REFUSAL
+    kind = BAD_INPUT
 
 
 def jobs_file() -> Path:

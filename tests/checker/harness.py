@@ -5,6 +5,8 @@ scenario's users and faults in between; then every invariant checked against the
 The PostgreSQL is the run's own (it is crashed on purpose). Each run names what it makes after its prefix. A parsed
 table's batches (scenario.Encoding) are encoded as Kafka carries them (kafka_forms) and read by the production
 parse in a local SparkSession, whose rows the tasks stage as the sink's writer tasks stage Spark's Arrow batches.
+A stream started at a Kafka Connect sink's consumer group launches through the source's own start (its
+initialOffset) against the stack's Kafka, the connector's records, group and live member made there.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -28,11 +31,12 @@ from sqlalchemy.exc import DBAPIError
 
 from streamfill.changes import DELETE_COLUMN, ROUTE_COLUMN, SOURCE_POSITION
 from streamfill.connectors.kafka.planner import OffsetRange
+from streamfill.connectors.kafka.source_declarations import STARTING_GROUP
 from streamfill.connectors.postgres import postgres_sink_declarations as declared
 from streamfill.connectors.postgres.connection import dsn
 from streamfill.connectors.postgres.sink_options import REPLACE
 from streamfill.connectors.spark import postgres_commit, postgres_plan, postgres_staging
-from streamfill.errors import OptionError, SinkError
+from streamfill.errors import BrokerRefused, OptionError, SinkError
 from streamfill.offsets_db import deleted_keys
 from streamfill.offsets_db.store import OffsetStore
 from streamfill.partitions import TopicPartition
@@ -91,6 +95,7 @@ class Tally:
     offsets: int = 0  # offsets committed and checked
     batches: int = 0
     encodings: dict[str, int] = field(default_factory=dict)  # runs of parsed tables, by what their Kafka carried
+    group_starts: int = 0  # streams started at a consumer group's committed offsets (through the stack's Kafka)
 
 
 @dataclass
@@ -114,6 +119,8 @@ class Run:
         self.mirrors = Mirrors(self.cluster, self.prefix) if self.cluster is not None else None
         self.probe = Probe(self.url, self.table)
         self.parses: dict[tuple[int, int], Parsed] = {}  # (writer, batch) -> its parse, the same for every try
+        self.launched: set[int] = set()  # writers started at a group whose source launched once
+        self.earliest: set[int] = set()  # writers refused at their group, started at earliest instead
 
     def topic(self, writer: int) -> str:
         return f"{self.prefix}_w{writer}"
@@ -123,6 +130,10 @@ class Run:
 
     def group(self, writer: int) -> str:
         return f"{self.prefix}-w{writer}-lag"
+
+    def connector(self, writer: int) -> str:
+        """The consumer group of the Kafka Connect sink a stream takes over (`start: group:NAME`)."""
+        return f"connect-{self.prefix}-w{writer}"
 
     # the run
 
@@ -152,6 +163,7 @@ class Run:
                 self.mirrors.remove()
         self.check()
         self.tally.runs += 1
+        self.tally.group_starts += len(self.launched)
         encoding = self.scenario.table.encoding
         if encoding is not None:
             drawn = encoding.kind if encoding.kind == TOMBSTONE_KEYS else \
@@ -213,20 +225,157 @@ class Run:
         if step.writer not in self.leases:
             config = self.mirrors.config(writer.listener, self.topic(step.writer), self.group(step.writer)) \
                 if writer.mirror and self.mirrors else None
-            self.store.ensure_job(job, "stream" if writer.path == STREAM else "backfill", config)
-            self.leases[step.writer] = self.store.hold(job)
-            if writer.start and not self.store.snapshot(job) and not self.store.first_start(job):
-                # the source's first launch of a stream starting at latest or a time: its start kept at once
-                start = {TopicPartition(self.topic(step.writer), p): writer.start for p in range(PARTITIONS)}
+            at_group = writer.group is not None and self.mirrors is not None  # through the source's own start
+            with self.connector_side(step.writer) if at_group else nullcontext():
+                self.store.ensure_job(job, "stream" if writer.path == STREAM else "backfill", config)
+                self.leases[step.writer] = self.store.hold(job)
+                if at_group:
+                    self.launch_at_group(step.writer)
+            if not at_group and writer.pins and not self.store.snapshot(job) and not self.store.first_start(job):
+                # the source's first launch of a stream starting at latest or a time (or, without the stack's
+                # Kafka, at a group's offsets): its start kept at once
+                start = {TopicPartition(self.topic(step.writer), p): writer.first(p) for p in range(PARTITIONS)}
                 if self.store.pin_start(job, start, self.leases[step.writer].generation):
-                    self.model.committed[step.writer] = {p: writer.start for p in range(PARTITIONS)}
+                    self.model.committed[step.writer] = {p: writer.first(p) for p in range(PARTITIONS)}
         generation = self.leases[step.writer].generation
         ranges = [OffsetRange(self.topic(step.writer), p, s, e) for p, s, e in step.ranges]
-        if writer.start:  # Spark's start of the batch, checked against offsets_db's position (a fresh query's)
+        if writer.pins:  # Spark's start of the batch, checked against offsets_db's position (a fresh query's)
             self.store.record_planned(job, ranges, generation=generation,
                                       start={TopicPartition(self.topic(step.writer), p): s for p, s, _ in step.ranges})
         else:
             self.store.record_planned(job, ranges, generation=generation)
+
+    # a stream started at a Kafka Connect sink's consumer group
+
+    @contextmanager
+    def connector_side(self, writer: int):
+        """Around a launch of a stream started at a group. Before the first launch the connector ran and stopped:
+        the topic holds its records and the group its committed offsets. With a live member, the launch is refused
+        before it holds the job (stream_query's check) and by the source as it reads the group, nothing kept
+        either time; then the member leaves. Before every later launch the group moves (the connector's offsets
+        committed elsewhere), and with a member drawn the connector runs again meanwhile: a job with a position
+        never reads the group, so neither moves nor refuses the launch."""
+        group, topic, start = self.connector(writer), self.topic(writer), self.scenario.writers[writer].group
+        if writer in self.launched:
+            later = writer not in self.earliest
+            if later:
+                stands = self.model.committed.get(writer, {})
+                self.mirrors.commit(group, topic, {p: 0 if stands.get(p, start.first(p)) else start.log_end[p]
+                                                   for p in range(PARTITIONS)})
+            with self.mirrors.member(group, topic) if later and start.member else nullcontext():
+                if later:
+                    self.check_start(writer)
+                yield
+            return
+        self.mirrors.fill(topic, start.log_end)
+        self.mirrors.commit(group, topic, {p: c for p, c in enumerate(start.committed) if c is not None})
+        if start.member:
+            with self.mirrors.member(group, topic):
+                self.refused_for_member(writer)
+        yield
+
+    def check_start(self, writer: int) -> None:
+        """stream_query's check of a launch at a group, before it holds the job."""
+        from streamfill.connectors.kafka.offsets import GroupOffsets
+        from streamfill.spark_jobs.stream_query import check_start
+
+        check_start(LaunchArgs(self.job(writer), GroupOffsets(self.connector(writer))),
+                    self.mirrors.client(self.scenario.writers[writer].group.listener), self.url)
+
+    def refused_for_member(self, writer: int) -> None:
+        """The first launch while the group has a live member: refused, naming the group, before anything is
+        recorded; and, for a member that joined after that check, by the source as it reads the group."""
+        group, job = self.connector(writer), self.job(writer)
+        try:
+            self.check_start(writer)
+        except BrokerRefused as exc:
+            if group not in str(exc):
+                self.fail(f"writer {writer}'s launch was refused without naming the group {group}: {exc}")
+        else:
+            self.fail(f"writer {writer}'s launch at group {group} went on while the group had a live member")
+        if self.query("SELECT 1 FROM jobs WHERE name = :j", j=job):
+            self.fail(f"writer {writer}'s launch refused for the group's live member recorded its job")
+        self.store.ensure_job(job, "stream")
+        self.leases[writer] = self.store.hold(job)
+        try:
+            self.source_start(writer)
+        except BrokerRefused as exc:
+            if group not in str(exc):
+                self.fail(f"writer {writer}'s source was refused without naming the group {group}: {exc}")
+        else:
+            self.fail(f"writer {writer}'s source read group {group} while it had a live member")
+        finally:
+            self.leases.pop(writer).release()  # the refused launch ends
+        self.expect_nothing_kept(writer, "refused for the group's live member")
+
+    def launch_at_group(self, writer: int) -> None:
+        """The source's start (its initialOffset, as Spark asks a query without a checkpoint): the first launch
+        reads the group and keeps the offsets in offsets_db; every later one starts where offsets_db says."""
+        start, job = self.scenario.writers[writer].group, self.job(writer)
+        first = writer not in self.launched
+        try:
+            begins = self.source_start(writer)
+            if first and start.refused and writer not in self.earliest:
+                self.fail(f"writer {writer}'s launch went on at group {self.connector(writer)}, which committed no "
+                          f"offset of the topic, starting at {begins}")
+        except OptionError as exc:
+            if not (first and start.refused and exc.option == STARTING_GROUP.key and writer not in self.earliest):
+                raise
+            self.leases.pop(writer).release()  # refused: the user starts at earliest, as the refusal says
+            self.expect_nothing_kept(writer, "refused for a group without committed offsets")
+            self.earliest.add(writer)
+            self.leases[writer] = self.store.hold(job)
+            begins = self.source_start(writer)
+        expected = {p: self.model.committed.get(writer, {}).get(p, start.first(p)) for p in range(PARTITIONS)}
+        if begins != expected:
+            self.fail(f"writer {writer}'s launch started at {begins}, not at {expected} (offsets_db's position, else "
+                      f"its group's start)" + ("" if first else f"; its group {self.connector(writer)} moved"))
+        self.launched.add(writer)
+        if first and not start.refused:
+            kept = {tp.partition: o for tp, o in self.store.snapshot(job).items()}
+            if kept != expected:
+                self.fail(f"writer {writer}'s first launch kept {kept} in offsets_db before any batch, not its "
+                          f"group's start {expected}")
+            self.model.committed[writer] = expected
+            if start.killed:  # killed once its start is kept: the next launch starts there, the group moved
+                self.leases.pop(writer).release()
+                with self.connector_side(writer):
+                    self.leases[writer] = self.store.hold(job)
+                    self.launch_at_group(writer)
+
+    def source_start(self, writer: int) -> dict[int, int]:
+        """The source's initialOffset under the harness's hold on the job: where the launch starts, per partition."""
+        from streamfill.connectors.kafka import source_declarations as source
+        from streamfill.connectors.kafka.options import parse
+        from streamfill.connectors.spark.source import KafkaStreamReader
+        from streamfill.spark_jobs.kafka_read import kafka_options
+
+        w, topic = self.scenario.writers[writer], self.topic(writer)
+        options = {**kafka_options(self.mirrors.client(w.group.listener)), source.SUBSCRIBE.key: topic,
+                   source.JOB.key: self.job(writer), source.OFFSETS_DB_URL.key: self.url,
+                   source.JOB_GENERATION.key: str(self.leases[writer].generation)}
+        if writer in self.earliest:
+            options[source.STARTING_OFFSETS.key] = "earliest"
+        else:
+            options[STARTING_GROUP.key] = self.connector(writer)
+        if w.mirror:
+            options[source.COMMIT_TO_GROUP.key] = self.group(writer)
+        reader = KafkaStreamReader(parse(options, streaming=True))
+        try:
+            with self.mirrors.environment(w.listener) if w.mirror else nullcontext():
+                begins = reader.initialOffset()
+        finally:
+            reader.stop()
+        return {int(p): o for p, o in begins.get(topic, {}).items()}
+
+    def expect_nothing_kept(self, writer: int, why: str) -> None:
+        """A refused launch kept no position and planned no batch."""
+        job = self.job(writer)
+        batches = self.query("SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j",
+                             j=job)[0][0]
+        if self.store.snapshot(job) or batches:
+            self.fail(f"writer {writer}'s launch, {why}, kept a position {self.store.snapshot(job)} or {batches} "
+                      "batches in offsets_db")
 
     def relaunch(self, step: Write) -> None:
         """The launch died (or lost its session in a crash): a new one takes the job and plans the batch again,
@@ -644,10 +793,10 @@ class Run:
         ranges = self.query("SELECT bo.partition, bo.start_offset, bo.end_offset FROM batch_offsets bo JOIN batches b "
                             "ON b.id = bo.batch_id JOIN jobs j ON j.id = b.job_id WHERE j.name = :j AND "
                             "b.committed_at IS NOT NULL ORDER BY bo.partition, bo.start_offset", j=job)
-        first = self.scenario.writers[index].start  # where the stream started: offsets before it are not its
+        writer = self.scenario.writers[index]  # where the stream started: offsets before it are not its
         reach: dict[int, int] = {}
         for partition, start, end in ranges:
-            before = reach.get(partition, first)
+            before = reach.get(partition, writer.first(partition))
             # a prune leaves the batches a job resumes from, with gaps between them: they may not overlap
             if start < before if model.pruned else start != before:
                 self.fail(f"job {job}: partition {partition}'s committed batches leave a gap or overlap at {start}")
@@ -669,10 +818,10 @@ class Run:
             for t, p, _ in model.dead.get(index, set()) | model.pruned_dead.get(index, set()) | {
                     d for d in model.deleted if d[0] == topic}:
                 per[p] = per.get(p, 0) + 1
-            if per != {p: n - first for p, n in stands.items() if n - first}:
+            if per != {p: n - writer.first(p) for p, n in stands.items() if n - writer.first(p)}:
                 self.fail(f"job {job}: rows + dead letters + deleted per partition {per} != committed {stands} "
-                          f"less the start {first}")
-        self.tally.offsets += sum(n - first for n in stands.values())
+                          f"less the start {[writer.first(p) for p in range(PARTITIONS)]}")
+        self.tally.offsets += sum(n - writer.first(p) for p, n in stands.items())
 
 
 def _versions(column: str, records: list[Record]) -> pa.Array:
@@ -817,9 +966,19 @@ class Reader(threading.Thread):
             conn.close()
 
 
+@dataclass(frozen=True)
+class LaunchArgs:
+    """What stream_query.check_start reads of a stream launch's arguments."""
+
+    job: str
+    start_spec: object  # connectors.kafka.offsets.StreamStart
+
+
 class Mirrors:
-    """commitToGroup's side of a run: the writers' topics on the stack's broker (a group commits offsets of
-    topics that exist), their launch's check and stored client, and what a lag tool reads of their groups."""
+    """A run's side of the stack's Kafka: for commitToGroup, the writers' topics (a group commits offsets of
+    topics that exist), their launch's check and stored client, and what a lag tool reads of their groups; for a
+    stream started at a Kafka Connect sink's group, the records the connector read, its group's committed offsets
+    and a member of the group while the connector runs."""
 
     def __init__(self, cluster: Settings, prefix: str) -> None:
         from confluent_kafka.admin import AdminClient
@@ -849,18 +1008,70 @@ class Mirrors:
 
     def config(self, listener: str, topic: str, group: str) -> dict:
         """What the launch records for commitToGroup, once it checked that the mirror will work."""
-        from confluent_kafka.admin import NewTopic
-
         from streamfill.connectors.kafka import group_mirror
 
-        if topic not in self.topics:
-            self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-            self.topics.append(topic)
+        self.topic(topic)
         self.groups.append(group)
         client = self.client(listener)
         with self.environment(listener):
             group_mirror.check(group, client)
         return {"commit_to_group": {"group": group, "kafka": group_mirror.kept(client)}}
+
+    def topic(self, topic: str) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        if topic not in self.topics:
+            self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+            self.topics.append(topic)
+
+    def fill(self, topic: str, ends: tuple[int, ...]) -> None:
+        """The topic made and holding `ends[p]` records in each partition p (offsets from 0)."""
+        from confluent_kafka import Producer
+
+        self.topic(topic)
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap_servers, "linger.ms": 5})
+        failed: list[str] = []
+        for partition, end in enumerate(ends):
+            for offset in range(end):
+                producer.produce(topic, value=b"%d" % offset, partition=partition,
+                                 on_delivery=lambda err, _msg: err and failed.append(str(err)))
+        if producer.flush(60) or failed:
+            raise AssertionError(f"the records of {topic} were not all written: {failed[:3]}")
+
+    def commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """The group's committed offsets (a stopped connector's, or moved by another consumer): kept for removal."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        if group not in self.groups:
+            self.groups.append(group)
+        if offsets:
+            request = ConsumerGroupTopicPartitions(group, [KafkaPartition(topic, p, o) for p, o in offsets.items()])
+            self.admin.alter_consumer_group_offsets([request])[group].result(30)
+        if {p: o for p, o in self.offsets(group, topic).items() if p in offsets} != offsets:
+            raise AssertionError(f"group {group} does not stand at {offsets}: {self.offsets(group, topic)}")
+
+    @contextmanager
+    def member(self, group: str, topic: str):
+        """A live member of the group (a running connector's task) that commits nothing; gone when it leaves."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the member of {group} got no partition of {topic} in 60 s")
+            consumer.poll(0.2)
+        try:
+            yield
+        finally:
+            consumer.close()
+            while self.admin.describe_consumer_groups([group])[group].result(30).members:
+                if time.monotonic() > deadline + 60:
+                    raise AssertionError(f"the member of {group} did not leave")
+                time.sleep(0.2)
 
     def offsets(self, group: str, topic: str) -> dict[int, int]:
         from confluent_kafka import ConsumerGroupTopicPartitions

@@ -9,6 +9,10 @@ The space (docs/guarantees.md, "Guarantees at every intersection"):
   numbers widened from int to bigint from the writer's next batch); a job's commits
   mirrored to a consumer group (`commitToGroup`) through the cluster's PLAINTEXT or SASL_SSL listener; a stream
   that starts past the first offsets (`start: latest` or a time), its start kept in offsets_db before any batch;
+  a stream that starts at a stopped Kafka Connect sink's consumer group (`start: group:NAME`), each partition's
+  committed offset none (earliest), within the log or at its end: refused while the group has a live member and
+  when the group committed nothing it reads, nothing kept; its first launch's start kept, and every later launch
+  (after a fault, a stop or a launch killed once its start is kept) starting there while the group moves;
 - the table: `append-new` on the Kafka coordinates, or `replace` on the coordinates or on a key `k` whose
   versions cross partitions, jobs and batches, some without a Kafka timestamp; a keyed `replace` table whose
   records may be tombstones (`deletes`), a delete ordered with the key's versions and recorded against replays;
@@ -79,6 +83,40 @@ PLAINTEXT, SASL_SSL = "PLAINTEXT", "SASL_SSL"  # the listener of a job's commitT
 OAUTH = "OAUTH"  # the stack's OAUTHBEARER listener: a SASL mirror that logs in with tokens
 
 
+MISSING, MID_LOG, LOG_END = "none", "mid-log", "at the log end"  # a partition's committed offset in a start's group
+
+
+@dataclass(frozen=True)
+class GroupStart:
+    """A stream's `start: group:NAME` (`startingGroup`): the consumer group of a stopped Kafka Connect sink, read
+    once by the job's first launch and kept in offsets_db as its position before any batch."""
+
+    log_end: tuple[int, ...]  # per partition, the records the topic holds when the job first launches
+    committed: tuple[int | None, ...]  # per partition, the group's committed offset (None: none, start at earliest)
+    member: bool  # a live member (a running connector) at the first launch: refused, nothing kept, until it leaves
+    killed: bool  # the first launch killed once its start is kept, before its first batch is planned
+    listener: str  # the listener the launch reads the group through (the job's one: its mirror's, if it has one)
+
+    @property
+    def refused(self) -> bool:
+        """The group committed nothing the stream reads: the launch is refused, and the user starts at earliest
+        instead, as the refusal says."""
+        return all(c is None for c in self.committed)
+
+    def first(self, partition: int) -> int:
+        """Where the stream starts in the partition: the group's committed offset, else earliest."""
+        committed = self.committed[partition]
+        return 0 if committed is None else committed
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"p{p} {'none (earliest)' if c is None else f'{c} of {e}'}"
+                          for p, (c, e) in enumerate(zip(self.committed, self.log_end)))
+        return (f"starts at a Kafka Connect group's offsets ({kinds}) read over {self.listener}"
+                + (", refused (no committed offset), then started at earliest" if self.refused else "")
+                + (", a live member at the first launch" if self.member else "")
+                + (", its first launch killed once its start is kept" if self.killed else ""))
+
+
 @dataclass(frozen=True)
 class Writer:
     path: str
@@ -97,6 +135,17 @@ class Writer:
     # a df.write without `deletes` into a table whose records delete (a second entry, a user's write): refused once
     # a delete of the table is recorded, writing as any upsert before; out of repr like `start`
     deletes_off: bool = field(default=False, repr=False)
+    # a stream that starts at a consumer group's committed offsets; out of repr like `start`
+    group: GroupStart | None = field(default=None, repr=False)
+
+    def first(self, partition: int) -> int:
+        """The writer's first offset in the partition: its start, or its group's."""
+        return self.group.first(partition) if self.group else self.start
+
+    @property
+    def pins(self) -> bool:
+        """Its first launch keeps its start in offsets_db before any batch (any start but earliest)."""
+        return bool(self.start) or (self.group is not None and not self.group.refused)
 
     @property
     def listener(self) -> str | None:
@@ -201,6 +250,7 @@ class Scenario:
                   + (f", evolveSchema from batch {w.evolve_from}" if w.evolve_from is not None else "")
                   + (f", commitToGroup over {w.mirror}" if w.mirror else "")
                   + (f", starts at offset {w.start}" if w.start else "")
+                  + (f", {w.group.describe()}" if w.group else "")
                   + (", one task reads all partitions" if w.packed else "")
                   + (", without deletes" if w.deletes_off else "")
                   for i, w in enumerate(self.writers)]
@@ -308,11 +358,12 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
         start = starts.randrange(1, 400) if path == STREAM and starts.random() < 0.3 else 0
         packed = random.Random(f"{seed}/packed/{n}").random() < 0.3  # apart too
         deletes_off = table.deletes and path == WRITE and random.Random(f"{seed}/deletes off/{n}").random() < 0.5
-        writers.append(Writer(path, dead_letters=job and rng.random() < 0.6,
-                              evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None,
-                              mirror=mirror, start=start, tokens=tokens, packed=packed, deletes_off=deletes_off))
+        writer = Writer(path, dead_letters=job and rng.random() < 0.6,
+                        evolve_from=rng.randrange(1, 4) if job and rng.random() < 0.3 else None,
+                        mirror=mirror, start=start, tokens=tokens, packed=packed, deletes_off=deletes_off)
+        writers.append(replace(writer, group=draw_group(seed, n, writer)))
     drawn: list[Write | Action] = []
-    nexts = [[w.start] * PARTITIONS for w in writers]
+    nexts = [[w.first(p) for p in range(PARTITIONS)] for w in writers]
     numbers = [0] * len(writers)
     for _ in range(steps or rng.randrange(4, 10)):
         if drawn and rng.random() < 0.35:
@@ -333,9 +384,40 @@ def draw(seed: int, steps: int | None = None) -> Scenario:
         neighbour = table.deletes and aside.random() < 0.2
         drawn.append(Write(w, numbers[w], tuple(sorted(ranges)), fault, stop, neighbour))
         numbers[w] += 1
+    drawn = killed_first(seed, writers, drawn)
     pruning = random.Random(f"{seed}/prune")  # drawn apart: the rest of the scenario draws as it did
     prunes = tuple(i for i in range(len(drawn)) if pruning.random() < 0.15)
     return Scenario(seed, table, tuple(writers), tuple(drawn), prunes)
+
+
+GROUP_STARTS = 0.3  # of the streams that start at earliest, those that start at a consumer group's offsets
+
+
+def draw_group(seed: int, n: int, writer: Writer) -> GroupStart | None:
+    """A stream without another start may start at a Kafka Connect sink's group (drawn apart, so the seeds drawn
+    before draw as they did): each partition's committed offset none, within the log or at its end."""
+    rng = random.Random(f"{seed}/group start/{n}")
+    if writer.path != STREAM or writer.start or rng.random() >= GROUP_STARTS:
+        return None
+    log_end = tuple(rng.randrange(2, 400) for _ in range(PARTITIONS))
+    kinds = [rng.choice((MISSING, MID_LOG, LOG_END)) for _ in range(PARTITIONS)]
+    committed = tuple(None if kind == MISSING else rng.randrange(1, end) if kind == MID_LOG else end
+                      for kind, end in zip(kinds, log_end))
+    return GroupStart(log_end, committed, member=rng.random() < 0.3, killed=rng.random() < 0.3,
+                      listener=writer.listener or rng.choice((PLAINTEXT, SASL_SSL, OAUTH)))
+
+
+def killed_first(seed: int, writers: list[Writer], steps: list[Write | Action]) -> list[Write | Action]:
+    """A stream started at a group has its first batch struck by a fault more often (the relaunch must start at
+    the kept position, not at the group, which moves meanwhile); drawn apart."""
+    rng = random.Random(f"{seed}/group start faults")
+    out = list(steps)
+    for w, writer in enumerate(writers):
+        first = next((i for i, s in enumerate(out) if isinstance(s, Write) and s.writer == w), None)
+        if writer.group is None or first is None or out[first].fault or out[first].stop or rng.random() >= 0.5:
+            continue
+        out[first] = replace(out[first], fault=rng.choice(FAULTS))
+    return out
 
 
 def draw_encoding(seed: int, table: Table) -> Encoding | None:
@@ -371,6 +453,8 @@ def fingerprint(scenario: Scenario) -> str:
     digest = hashlib.sha256(repr(scenario).encode())
     if any(w.start for w in scenario.writers):
         digest.update(repr([w.start for w in scenario.writers]).encode())
+    if any(w.group for w in scenario.writers):
+        digest.update(repr([w.group for w in scenario.writers]).encode())
     for step in scenario.steps:
         if isinstance(step, Write):
             dead_letters = scenario.writers[step.writer].dead_letters

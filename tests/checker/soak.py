@@ -1,7 +1,8 @@
 """`make soak SECONDS=3600`: new seeds until the time is up, against a PostgreSQL of the soak's own (the local
 stack's binaries; `streamfill stack up` installs them), and a local SparkSession started when a drawn scenario
 first parses its records. Prints each failing seed with its scenario (add it to tests/checker/regressions.py),
-then the count of runs, faults and checked offsets and of the runs read through the parse, by encoding; exits 1
+then the count of runs, faults and checked offsets, of the streams started at a consumer group's offsets (through
+the stack's Kafka) and of the runs read through the parse, by encoding; exits 1
 when any run broke an invariant."""
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main(argv: list[str]) -> int:
         print(f"soak: {tally.runs} runs (seeds {first} to {seed - 1}), {tally.faults} faults injected, "
               f"{tally.batches} batches committed, {tally.offsets:,} committed offsets checked, {len(failed)} "
               "violations" + (f" (seeds {', '.join(map(str, failed))})" if failed else ""), flush=True)
+        print(f"soak: {tally.group_starts} streams started at a consumer group's offsets", flush=True)
         for drawn, runs in sorted(tally.encodings.items()):
             print(f"soak: {runs} runs read through the parse, {drawn}", flush=True)
     return 1 if failed else 0

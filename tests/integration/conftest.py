@@ -19,6 +19,15 @@ def worker_ports(start: int) -> range:
     return range(first, first + 20)
 
 
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory) -> Path:
+    """The project's wheel as a clone without tags builds it (tests/existing_airflow.py), once per worker: the
+    tests that install it run in one xdist group."""
+    from tests.existing_airflow import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("project_wheel"))
+
+
 @pytest.fixture
 def private_postgres(stack_settings):
     """A PostgreSQL of its own (the shared one also holds Airflow's metadata, which must not go away)."""

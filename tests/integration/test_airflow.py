@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from streamfill import dag_ids
 from streamfill.cli.stack.airflow import airflow_bin, airflow_env, reserialize
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi, AirflowError
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import ensure_topic
@@ -593,8 +593,8 @@ def test_a_dag_written_by_hand_backfills_waits_for_the_commits_and_checks_qualit
 
 
 def test_a_launch_refused_by_its_job_fails_the_airflow_task_without_a_retry(stack_settings):
-    """spark-submit carries the job's exit code: a refused launch (here: an entry the jobs file does not have)
-    ends with the refusal's code, which the task raises as AirflowFailException."""
+    """spark-submit carries the job's exit code: a launch refused for bad input (here: an entry the jobs file does
+    not have) ends with bad input's code, 2, which the task raises as AirflowFailException."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamfill.orchestration.endpoints import Endpoints
@@ -604,7 +604,7 @@ def test_a_launch_refused_by_its_job_fails_the_airflow_task_without_a_retry(stac
 
     ends = Endpoints(stack_settings.offsets_db_url, {"bootstrap.servers": stack_settings.bootstrap_servers},
                      "local[1]")
-    with pytest.raises(AirflowFailException, match=r"backfill.py refused to run \(exit code 78\)"):
+    with pytest.raises(AirflowFailException, match=r"backfill.py refused to run \(exit code 2\)"):
         spark_submit("backfill.py", argv(BackfillArgs, job="refused_job", topic="t", from_="earliest", to="latest",
                                          pipeline="no_such_entry"), ends)
 

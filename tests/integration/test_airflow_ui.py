@@ -9,8 +9,8 @@ import time
 import pytest
 from sqlalchemy import text
 
+from streamfill import dag_ids
 from streamfill.cli.stack.airflow import admin_password
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from tests.airflow_helpers import replay_form_offers

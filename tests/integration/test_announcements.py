@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import create_engine, text
 
-from streamfill import REPO_ROOT
+from streamfill import REPO_ROOT, dag_ids
 from streamfill.cli.stack.airflow import connections
 from streamfill.connectors.kafka.planner import OffsetRange
 from streamfill.datasets import PgTable
@@ -32,7 +32,6 @@ from streamfill.offsets_db import announcements
 from streamfill.offsets_db.announce_due import wait_s
 from streamfill.offsets_db.announce_plan import asset_cover_problems, commits_key, from_extra
 from streamfill.offsets_db.store import OffsetStore
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.announce import next_announcement
 from streamfill.orchestration.connections import API_CONNECTION
 from tests.existing_airflow import COMPONENTS, TheirAirflow, metadata_database

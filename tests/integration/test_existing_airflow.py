@@ -24,10 +24,9 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from streamfill import REPO_ROOT
+from streamfill import REPO_ROOT, dag_ids
 from streamfill.cli.stack.airflow import connections, kafka_client
 from streamfill.kafka_client import KAFKA_CONNECTION
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.orchestration.connections import API_CONNECTION
 from streamfill.orchestration.job_names import replay_job
@@ -38,11 +37,10 @@ from streamfill.spark_jobs.pipelines import read
 from tests.existing_airflow import (
     FAB,
     TheirAirflow,
-    build_wheel,
-    checkout_version,
     install,
     metadata_database,
     third_party_venv,
+    wheel_version,
 )
 from tests.job_helpers import orders_columns
 from tests.shared_run import OWN_AIRFLOW_GROUP
@@ -92,15 +90,14 @@ def timed(timings: dict, what: str, started: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def their_airflow(stack_settings, tmp_path_factory):
+def their_airflow(stack_settings, tmp_path_factory, project_wheel):
     root = tmp_path_factory.mktemp("their_airflow")
     timings: dict[str, float] = {}
     t = time.monotonic()
-    wheel = build_wheel(root / "build")
-    t = timed(timings, "wheel", t)
-    # one top-level import name in their environment, and the version from the checkout's git tags
+    wheel, version = project_wheel, wheel_version(project_wheel)
+    # one top-level import name in their environment
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
-    assert tops == {"streamfill", f"streamfill-{checkout_version()}.dist-info"}, tops
+    assert tops == {"streamfill", f"streamfill-{version}.dist-info"}, tops
     python = third_party_venv(root / "venv")
     before = subprocess.run([str(python), "-c", "import airflow, pyspark, streamfill"], cwd=root,
                             capture_output=True, text=True, timeout=120)
@@ -150,7 +147,8 @@ def their_airflow(stack_settings, tmp_path_factory):
             timed(timings, "cold start", t)
             settings = Settings(host=stack_settings.host, airflow_port=airflow.port)
             yield SimpleNamespace(airflow=airflow, teams=teams, dag_file=dag_file, settings=settings,
-                                  timings=timings, api=lambda user: AirflowApi(settings, (user, passwords[user])))
+                                  timings=timings, api=lambda user: AirflowApi(settings, (user, passwords[user])),
+                                  version=version)
         finally:
             left = airflow.stop()
             print(f"their Airflow: {timings}")
@@ -205,13 +203,13 @@ def test_the_wheel_in_their_airflow_parses_the_short_dag_file_and_a_replay_lands
     assert errors.returncode == 0 and json.loads(errors.stdout.strip().splitlines()[-1]) == [], errors.stdout
     # the wheel is a provider there: its connection types come with their form's fields
     providers = {p["package_name"]: p for p in api.call("GET", "/api/v2/providers?limit=100")["providers"]}
-    assert providers["streamfill"]["version"] == checkout_version()
+    assert providers["streamfill"]["version"] == their.version
     forms = {h["connection_type"]: h for h in api.call("GET", "/ui/connections/hook_meta")}
     assert set(forms["streamfill_kafka"]["extra_fields"]) >= {"bootstrap_servers", "security_protocol", "group_id"}
     # the page comes from the wheel's entry point (that Airflow has no plugins folder)
     plugins = api.call("GET", "/api/v2/plugins")["plugins"]
     assert [p["source"] for p in plugins if p["name"] == "streamfill"] == [
-        f"streamfill=={checkout_version()}: EntryPoint(name='streamfill', value='streamfill.orchestration.ui.plugin:"
+        f"streamfill=={their.version}: EntryPoint(name='streamfill', value='streamfill.orchestration.ui.plugin:"
         "StreamfillPlugin', group='airflow.plugins')"]
 
     assert replayed.state == "success", their.airflow.tail()

@@ -341,7 +341,7 @@ def test_bad_backfill_input_fails_before_spark_with_the_value_and_the_fix(bootst
     produce(bootstrap, topic_name, 10)
     code, out = finish(cli("backfill", "--job", "x-bad", "--topic", topic_name + topic_suffix, "--from", from_,
                            "--to", to), 120)
-    assert code == 1
+    assert code == 2  # bad input (docs/operations.md#exit-codes)
     assert message in out.replace("\n", " ")
     assert "log4j" not in out  # refused before a Spark JVM started
 
@@ -519,6 +519,133 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_since"')} == arrived
     assert query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
                      "AND b.committed_at IS NULL", j=f"{topic_name}-t") == [(0,)]
+
+
+def commit_as_connect(bootstrap: str, group: str, topic: str, offsets: dict[int, int], timeout_s: float = 180) -> None:
+    """Commit `offsets` (partition -> next offset to read) in consumer group `group` from a consumer of that group,
+    as a Kafka Connect sink's task does when it closes its partitions; asked until the group's coordinator answers."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KTopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                consumer.commit(offsets=[KTopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+                return
+            except KafkaException:
+                assert time.monotonic() < deadline, f"the broker's group coordinator did not answer for group {group}"
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+def test_a_stream_takes_over_from_a_stopped_kafka_connect_sink_at_its_groups_offsets_each_record_once(
+        spark, stack_settings, bootstrap, db, topic_name, tmp_path):
+    """The switch of docs/from-connect.md: a JDBC sink's configuration becomes the entry (`jobs from-connect
+    --columns-from-table`, the table the connector wrote); while the connector's consumer group has a live member
+    the launch is refused; once it has none, the stream lands exactly the records after the group's committed
+    offsets (a partition without one from its start), rows + dead letters = offsets, nothing twice. The group is
+    read once: a first launch that committed nothing keeps the start it read, and a job that committed resumes
+    from offsets_db, however the group moved since."""
+    from confluent_kafka import Consumer
+    from sqlalchemy import make_url
+    from typer.testing import CliRunner
+
+    from streamfill.cli.commands.jobs import app
+    from tests.job_helpers import run_here
+
+    ensure_topic(bootstrap, topic_name, 3)
+
+    def send(count: int, seed: int) -> None:
+        sent = list(events.records(count, 0.05, seed, now=datetime.now(timezone.utc)))
+        produce_records(bootstrap, topic_name, [{"value": v, "partition": i % 3} for i, (_, v, _) in enumerate(sent)])
+
+    send(300, 41)  # 100 records in each partition
+    connector, table = f"{topic_name}-sink", f"{topic_name}_connect"
+    group = f"connect-{connector}"
+    committed = {0: 40, 1: 70}  # where the connector stopped; it committed nothing of partition 2
+    commit_as_connect(bootstrap, group, topic_name, committed)
+    with db.begin() as conn:  # the table the connector created (auto.create), keyed by pk.fields
+        conn.execute(text(f'CREATE TABLE "{table}" (event_id text PRIMARY KEY, user_id bigint NOT NULL, event_type '
+                          'text NOT NULL, amount numeric(12,2) NOT NULL, currency text NOT NULL, event_time '
+                          'timestamptz NOT NULL)'))
+    ours = make_url(stack_settings.offsets_db_url)
+    config = tmp_path / "sink.json"
+    config.write_text(json.dumps({"name": connector, "config": {
+        "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector", "tasks.max": "1", "topics": topic_name,
+        "connection.url": f"jdbc:postgresql://{ours.host}:{ours.port}/{ours.database}", "connection.user": "connect",
+        "connection.password": "connect-secret", "insert.mode": "upsert", "pk.mode": "record_value",
+        "pk.fields": "event_id", "table.name.format": table, "auto.create": "true",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "false",
+        "errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{topic_name}-dlq"}}))
+    jobs = tmp_path / "jobs.yaml"
+    done = CliRunner().invoke(app, ["from-connect", str(config), "--columns-from-table", "--output", str(jobs)])
+    assert done.exit_code == 0, done.output
+    written = jobs.read_text()
+    assert f"start: group:{group}" in written and "connect-secret" not in written
+    assert "amount: {type: 'decimal(12,2)', required: true}" in written and "key: [event_id]" in written, written
+    kafka, url = {"bootstrap.servers": bootstrap}, stack_settings.offsets_db_url
+
+    def launch(job: str, into: str, checkpoint: str, start: str | None = None) -> tuple[int, str]:
+        return run_here(str(jobs), lambda: stream.run(
+            stream.StreamArgs(job, None, into, tmp_path / checkpoint, "available-now", None, start=start,
+                              pipeline=connector), spark, kafka, url, threading.Event()))
+
+    def position(job: str) -> dict[int, int]:
+        return dict(query(db, "SELECT partition, next_offset FROM latest_offsets WHERE job = :j", j=job))
+
+    def accounted(job: str, into: str) -> tuple[set[tuple[int, int]], int]:
+        """(every (partition, offset) a row or a dead letter holds, how many rows and dead letters there are)"""
+        rows = query(db, f'SELECT partition, "offset" FROM "{into}"')
+        dead = query(db, 'SELECT d.partition, d."offset" FROM dead_letters d JOIN jobs j ON j.id = d.job_id WHERE '
+                         "j.name = :j", j=job)
+        return {tuple(r) for r in rows + dead}, len(rows) + len(dead)
+
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                       "client.id": f"connector-consumer-{connector}-0"})
+    try:
+        member.subscribe([topic_name])
+        deadline = time.monotonic() + 60
+        while not member.assignment():  # the connector's task is running: a member of its group
+            assert time.monotonic() < deadline, "the consumer never joined its group"
+            member.poll(0.5)
+        code, out = launch(connector, table, "ck")
+    finally:
+        member.close()
+    assert code == 1, out
+    assert f"consumer group '{group}'" in out and f"connector-consumer-{connector}-0" in out, out
+    assert f"/connectors/{connector}/stop" in out, out
+    assert position(connector) == {} and query(db, f'SELECT count(*) FROM "{table}"') == [(0,)], "nothing recorded"
+
+    code, out = launch(connector, table, "ck")
+    assert code == 0, out
+    want = {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic_name, 3)
+            if m.offset() >= committed.get(m.partition(), 0)}
+    assert len(want) == 60 + 30 + 100
+    assert accounted(connector, table) == (want, len(want)), "each record after the group's offsets, once"
+    assert position(connector) == {0: 100, 1: 100, 2: 100}
+
+    # a connector that had caught up: its group stands at the log end, and the first launch has nothing to read
+    late, late_group = f"{topic_name}-late", f"connect-{topic_name}-late"
+    commit_as_connect(bootstrap, late_group, topic_name, {0: 100, 1: 100, 2: 100})
+    code, out = launch(late, f"{topic_name}_late", "ck-late", start=f"group:{late_group}")
+    assert code == 0, out
+    assert position(late) == {0: 100, 1: 100, 2: 100}, "the start read from the group is offsets_db's at once"
+    assert accounted(late, f"{topic_name}_late") == (set(), 0)
+
+    # both groups move back to the log start (a connector run again by mistake, a reset); more records arrive
+    for moved in (group, late_group):
+        commit_as_connect(bootstrap, moved, topic_name, {0: 0, 1: 0, 2: 0})
+    send(60, 42)
+    arrived = {(m.partition(), m.offset()) for m in consume_all(bootstrap, topic_name, 3) if m.offset() >= 100}
+    code, out = launch(connector, table, "ck-new")  # another checkpoint: where it starts is offsets_db's alone
+    assert code == 0, out
+    assert accounted(connector, table) == (want | arrived, len(want) + 60)
+    code, out = launch(late, f"{topic_name}_late", "ck-late", start=f"group:{late_group}")
+    assert code == 0, out
+    assert accounted(late, f"{topic_name}_late") == (arrived, 60), "what arrived after the start it kept, once"
 
 
 def test_a_stream_given_a_stale_or_another_jobs_checkpoint_sets_it_aside_and_resumes_from_offsets_db(

@@ -200,18 +200,18 @@ def test_a_wrong_password_a_missing_acl_and_an_untrusted_certificate_are_refused
     listener = f"bootstrap servers {secured['bootstrap.servers']} (SASL_SSL, SASL mechanism SCRAM-SHA-512"
 
     code, out = backfill_cli(settings_env({**secured, "sasl.password": "wrong"}), "--job", f"{topic_name}-a", *flags)
-    assert code == 1 and "authentication failed on " + listener in out, out[-2000:]
+    assert code == 78 and "authentication failed on " + listener in out, out[-2000:]  # refused
     assert "STREAMFILL_KAFKA_SASL_PASSWORD" in out and "wrong" not in out.replace("wrong password", "")
 
     user, password = limited_user
     code, out = backfill_cli(settings_env({**secured, "sasl.username": user, "sasl.password": password}),
                              "--job", f"{topic_name}-b", *flags)
-    assert code == 1 and f"user {user} may not read topic '{topic_name}'" in out, out[-2000:]
+    assert code == 78 and f"user {user} may not read topic '{topic_name}'" in out, out[-2000:]
     assert "--operation Read" in out and password not in out
 
     untrusted = {k: v for k, v in secured.items() if k != "ssl.ca.location"}
     code, out = backfill_cli(settings_env(untrusted), "--job", f"{topic_name}-c", *flags)
-    assert code == 1 and "not trusted" in out and "STREAMFILL_KAFKA_SSL_CA_LOCATION" in out, out[-2000:]
+    assert code == 78 and "not trusted" in out and "STREAMFILL_KAFKA_SSL_CA_LOCATION" in out, out[-2000:]
 
     # a stream: refused before its table is made or its job recorded
     limited = {**secured, "sasl.username": user, "sasl.password": password}
@@ -288,3 +288,37 @@ def test_commit_to_group_over_sasl_ssl_leaves_the_groups_offsets_equal_to_offset
     with pytest.raises(BrokerError, match=f"user {user} may not read consumer group '{group}'"):
         launch(limited, refused)
     assert query(db, "SELECT count(*) FROM jobs WHERE name = :j", j=refused) == [(0,)]
+
+
+def test_a_group_start_reads_a_groups_offsets_over_sasl_ssl_and_refuses_a_user_who_may_not_describe_it(
+        secured, topic_name, limited_user):
+    """`start: group:NAME` on the SASL_SSL listener (no Spark: what the source asks the broker at a first launch):
+    the group's committed offset where it has one, earliest where not; a user without DESCRIBE on the group is
+    refused, named, with the ACL to ask for."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KTopicPartition
+
+    from streamfill.connectors.kafka import group_start
+    from streamfill.connectors.kafka.offsets import EARLIEST, SpecificOffsets
+
+    ensure_topic(secured, topic_name, 2)
+    produce(secured, topic_name, 40, seed=7)
+    group = f"connect-{topic_name}-sink"
+    committer = Consumer({**secured, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 180
+    try:
+        while True:  # as a Connect sink's task commits when it stops; the group's coordinator may still be loading
+            try:
+                committer.commit(offsets=[KTopicPartition(topic_name, 0, 7)], asynchronous=False)
+                break
+            except KafkaException:
+                assert time.monotonic() < deadline, f"the group coordinator did not answer for {group}"
+                time.sleep(0.5)
+    finally:
+        committer.close()
+    partitions = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+    assert group_start.offsets_of(group, partitions, Broker(secured)) == SpecificOffsets(
+        ((partitions[0], 7), (partitions[1], EARLIEST)))
+    user, password = limited_user
+    with pytest.raises(BrokerError, match=f"user {user} may not describe consumer group '{group}'"):
+        group_start.offsets_of(group, partitions, Broker({**secured, "sasl.username": user, "sasl.password": password}))

@@ -21,11 +21,11 @@ import psycopg2.errors
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
+from streamfill import dag_ids
 from streamfill.cli.stack.airflow import airflow_bin, airflow_env
 from streamfill.cli.stack.postgres import admin_url
 from streamfill.offsets_db import dashboard
 from streamfill.offsets_db.engine import make_engine
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.connections import postgres_connection
 from streamfill.spark_jobs import backfill, quality, stream
 from streamfill.spark_jobs.pipelines import jobs_file

@@ -151,8 +151,8 @@ def test_db_upgrade_against_an_unreachable_database_says_what_to_do():
     env = {**os.environ, "STREAMFILL_DB_URL": "postgresql+psycopg2://streamfill@127.0.0.1:1/nowhere"}
     cli = str(Path(sys.executable).parent / "streamfill")
     done = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1
-    assert "127.0.0.1:1" in done.stderr and "streamfill stack up" in done.stderr
+    assert done.returncode == 75  # out of reach (docs/operations.md#exit-codes)
+    assert "127.0.0.1:1" in done.stderr and "streamfill stack up" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_views_return_the_numbers_of_a_known_history_and_keep_jobs_apart(fresh_db):
@@ -279,7 +279,7 @@ def test_offsets_cli_shows_history_latest_and_lag(fresh_db):
     assert json.loads(run("history", "--job", "cli-job", "--since", "2100-01-01T00:00:00",
                           "--format", "json").stdout) == []
     unknown = run("latest", "--job", "nope")
-    assert unknown.returncode == 1 and "job 'nope' is not in offsets_db; known jobs: cli-job, other" in unknown.stderr
+    assert unknown.returncode == 2 and "job 'nope' is not in offsets_db; known jobs: cli-job, other" in unknown.stderr
 
 
 def test_the_models_and_the_migrations_describe_the_same_schema(fresh_db):
@@ -377,7 +377,7 @@ def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_u
     lease = fencing.acquire(make_engine(fresh_db), "held", job_id)
     try:
         refused = subprocess.run([cli, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
-        assert refused.returncode == 1, refused.stdout
+        assert refused.returncode == 73, refused.stdout  # held by another launch, free once it ends
         said = " ".join(refused.stderr.split())
         assert "1 stream(s) hold their jobs" in said and "held: a launch without a run row on host" in said \
             and "--while-running" in said, said
@@ -390,6 +390,79 @@ def test_launches_against_an_older_offsets_db_are_refused_before_recording_and_u
         lease.release()
     OffsetStore(fresh_db).check_grants()  # at the code's revision now
     engine.dispose()
+
+
+def test_behind_pgbouncer_a_launch_is_refused_unless_session_pooling_which_holds_and_frees_its_job(
+        stack_settings, fresh_db):
+    """A launch holds its job with a session's advisory lock (offsets_db.fencing). Through PgBouncer in transaction
+    or statement pooling it is refused before anything is recorded, naming the pooler's setting and the URL
+    without its password; in session pooling a launch holds the job, a second is refused, and a launch whose
+    connection goes frees it. PgBouncer refuses streamfill's connections until told to ignore `options`."""
+    import time
+
+    from streamfill.errors import JobBusy
+    from streamfill.offsets_db import fencing
+    from streamfill.offsets_db.pooling import PoolingRefused
+    from tests.integration.conftest import worker_ports
+    from tests.private_services import pgbouncer
+
+    upgrade(fresh_db)
+    password = make_url(fresh_db).password
+    direct = create_engine(fresh_db)
+
+    def recorded() -> tuple[int, int]:
+        with direct.connect() as conn:
+            return (conn.execute(text("SELECT count(*) FROM streamfill.jobs")).scalar_one(),
+                    conn.execute(text("SELECT count(*) FROM streamfill.job_leases")).scalar_one())
+
+    def launch_refused(mode: str) -> str:
+        store = OffsetStore(bouncer.url(mode))
+        try:
+            with pytest.raises(PoolingRefused) as refused:
+                store.ensure_job("first", "stream")
+            return str(refused.value)
+        finally:
+            store.engine.dispose()
+
+    with pgbouncer(stack_settings, worker_ports(stack_settings.pg_port + 240), fresh_db) as bouncer:
+        said = launch_refused("session")
+        assert "unsupported startup parameter: options" in said and "ignore_startup_parameters = options" in said
+        assert password not in said and f":{bouncer.port}/session" in said, said
+
+        bouncer.configure(ignore_startup_parameters="options")
+        said, deadline = launch_refused("transaction"), time.monotonic() + 30
+        while "ignore_startup_parameters" in said and time.monotonic() < deadline:  # PgBouncer reloads a moment later
+            time.sleep(0.2)
+            said = launch_refused("transaction")
+        assert "transaction" in said and "pool_mode = session" in said and "advisory lock" in said, said
+        assert password not in said and f":{bouncer.port}/transaction" in said, said
+        store = OffsetStore(bouncer.url("transaction"))
+        with pytest.raises(PoolingRefused, match="pool_mode = session"):
+            store.hold("first")
+        store.engine.dispose()
+        assert "statement" in launch_refused("statement")
+        assert recorded() == (0, 0), "a refused launch records nothing"
+
+        store = OffsetStore(bouncer.url("session"))
+        store.ensure_job("held", "stream")
+        lease = store.hold("held")
+        with direct.connect() as conn:
+            assert fencing.live_hold(conn.connection.cursor(), "held")[0] == lease.generation
+        with pytest.raises(JobBusy, match="held by another launch"):
+            OffsetStore(bouncer.url("session")).hold("held")
+        lease._conn.connection.dbapi_connection.close()  # the launch's connection goes, as when its process dies
+        deadline = time.monotonic() + 30
+        while True:
+            with direct.connect() as conn:
+                if fencing.live_hold(conn.connection.cursor(), "held") is None:
+                    break
+            assert time.monotonic() < deadline, "PgBouncer's reset of the session freed the job"
+            time.sleep(0.2)
+        again = store.hold("held")
+        assert again.generation == lease.generation + 1
+        again.release()
+        store.engine.dispose()
+    direct.dispose()
 
 
 def test_a_quiet_topics_stream_reads_healthy_past_its_threshold_and_unhealthy_once_records_wait(

@@ -124,3 +124,34 @@ def test_the_registry_stopped_mid_stream_fails_the_batch_and_the_restarted_strea
                          "AND d.partition = :p", j=topic_name, p=p)[0][0]
         assert rows == distinct and rows + dead == 20, f"partition {p}: {rows} rows + {dead} dead letters != 20"
     assert query(db, f'SELECT count(*) FROM "{topic_name}_orders" WHERE id LIKE :b', b="b%") == [(20,)]
+
+
+def test_from_connect_writes_out_the_columns_of_an_avro_connectors_value_subject(stack_settings, registry,
+                                                                                topic_name, tmp_path):
+    """`jobs from-connect --columns-from-registry`: a JDBC sink writing Avro through a registry becomes an entry
+    with the value subject's latest version's columns written out; without the flag, one that follows the
+    subject. No Spark: what the command reads is the registry."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from streamfill.cli.commands.jobs import app
+
+    register(registry, f"{topic_name}-value", V2)
+    config = tmp_path / "sink.json"
+    config.write_text(json.dumps({"name": f"{topic_name}-sink", "config": {
+        "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector", "topics": topic_name,
+        "connection.url": "jdbc:postgresql://db.example:5432/shop", "insert.mode": "upsert", "pk.mode": "record_value",
+        "pk.fields": "id", "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": stack_settings.schema_registry()["url"]}}))
+    runner = CliRunner()
+    written = runner.invoke(app, ["from-connect", str(config), "--columns-from-registry"])
+    assert written.exit_code == 0, written.output
+    entry = yaml.safe_load(written.output[written.output.index("# from Kafka Connect"):])["jobs"][f"{topic_name}-sink"]
+    assert entry["columns"] == {"id": {"type": "string", "required": True}, "amount": {"type": "double",
+                                                                                      "required": True},
+                                "note": {"type": "string"}}
+    assert (entry["format"], entry["key"], entry["mode"], entry["postgres_conn_id"]) == (
+        "avro", ["id"], "replace", "postgres_shop")
+    following = runner.invoke(app, ["from-connect", str(config)])
+    assert following.exit_code == 0, following.output
+    assert "columns:" not in following.output.split("jobs:")[1], "no flag: the entry follows the subject"

@@ -50,7 +50,7 @@ def test_up_refuses_a_port_in_use_before_starting_anything(tmp_path):
         port = held.getsockname()[1]
         env = _isolated_env(tmp_path, AIRFLOW_PORT=port)
         done = subprocess.run([*CLI, "stack", "up"], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1
+    assert done.returncode == 75  # a service that cannot start (docs/operations.md#exit-codes)
     err = " ".join(done.stderr.split())
     assert f"port {port}" in err and "airflow" in err and "STREAMFILL_AIRFLOW_PORT" in err
     assert not (tmp_path / "stack" / "pg").exists(), "nothing may be started or initialised"

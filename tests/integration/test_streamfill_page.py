@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 from sqlalchemy import text
 
+from streamfill import dag_ids
 from streamfill.cli.stack.airflow import admin_password, reserialize
-from streamfill.orchestration import dag_ids
 from streamfill.orchestration.airflow_api import AirflowApi
 from streamfill.spark_jobs.demo.produce import ensure_topic, produce
 from tests.kafka_helpers import end_offsets

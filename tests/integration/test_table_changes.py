@@ -208,7 +208,7 @@ def world(stack_settings, bootstrap, spark, tmp_path_factory):
         job=names["customers"], from_="earliest", to=json.dumps({str(p): e for p, e in first_ends.items()})),
         spark, stack_settings.kafka_client(), stack_settings.offsets_db_url))
     return {"names": names, "runs": runs, "replay": replay, "customers": compacted(first + then),
-            "accounts": accounts, "bad": bad}
+            "accounts": accounts, "bad": bad, "jobs": jobs}
 
 
 def test_a_compacted_topic_streamed_then_replayed_is_its_compacted_view(world, db):
@@ -262,3 +262,54 @@ def test_one_topic_routed_into_three_tables_and_dead_letters_accounts_for_every_
                                        t=t)} for t in (f"{name}_orders", f"{name}_views")}
     assert "page" not in columns[f"{name}_orders"] and "amount" not in columns[f"{name}_views"], \
         "each table has its own columns"
+
+
+def test_a_routed_entrys_quality_checks_each_table_by_its_own_rules_and_reconciles_all_of_them(world, db,
+                                                                                                stack_settings,
+                                                                                                monkeypatch):
+    """The quality suite of a routed entry runs on each of its tables with that table's columns, rules and key, one
+    quality_results row each, and reconciles the rows of all its tables + dead letters with the offsets the job
+    consumed; a row of the second table that breaks its table's rule fails that table's check alone."""
+    from streamfill.errors import QualityFailed
+    from streamfill.spark_jobs import quality
+
+    name = world["names"]["events"]
+    code, out = world["runs"]["events"]
+    assert code == 0, out[-3000:]
+    monkeypatch.setenv("STREAMFILL_JOBS_FILE", str(world["jobs"]))
+    url = stack_settings.offsets_db_url
+    tables = [f"{name}_orders", f"{name}_refunds", f"{name}_views"]
+
+    def verdicts(outcome) -> dict[str, bool]:
+        """Each table's verdict as quality_results stored it for this check."""
+        ids = [part.result_id for part in outcome.tables]
+        return dict(query(db, "SELECT table_name, success FROM quality_results WHERE id = ANY(:ids)", ids=ids))
+
+    outcome = quality.validate(url, None, name, pipeline=name, whole_table=True)
+    assert outcome.success, outcome.lines
+    assert verdicts(outcome) == dict.fromkeys(tables, True)
+    for table, rule in ((tables[0], "amount"), (tables[1], "reason"), (tables[2], "page")):
+        assert [line for line in outcome.lines if line.startswith(f"PASS {table}: ") and rule in line], outcome.lines
+    reconciled = [line for line in outcome.lines if "rows landed in" in line]
+    assert reconciled and all(t in reconciled[0] for t in tables), reconciled
+
+    refund = query(db, f'SELECT refund_id FROM "{tables[1]}" ORDER BY refund_id LIMIT 1')[0][0]
+
+    def set_reason(reason: str) -> None:
+        with db.begin() as conn:
+            conn.execute(text(f'UPDATE "{tables[1]}" SET reason = :reason WHERE refund_id = :r'),
+                         {"reason": reason, "r": refund})
+
+    set_reason("lost")  # not one of the refunds table's [damaged, late]
+    try:
+        broken = quality.validate(url, None, name, pipeline=name, whole_table=True)
+        assert verdicts(broken) == {tables[0]: True, tables[1]: False, tables[2]: True}
+        with pytest.raises(QualityFailed, match=rf"{tables[1]}.*reason"):
+            quality.require(broken)
+        alone = quality.validate(url, tables[1], name, pipeline=name, whole_table=True)
+        assert [part.table for part in alone.tables] == [tables[1]] and not alone.success
+        assert [line for line in alone.lines if line.startswith("FAIL")] == [
+            line for line in alone.lines if line.startswith("FAIL") and "reason" in line], alone.lines
+    finally:
+        set_reason("late")
+

@@ -18,7 +18,10 @@ from tests.checker.scenario import (
     ACTIONS,
     DEBEZIUM,
     FAULTS,
+    LOG_END,
     LONG,
+    MID_LOG,
+    MISSING,
     NO_POSITION,
     OAUTH,
     PARTITIONS,
@@ -26,6 +29,7 @@ from tests.checker.scenario import (
     PLAINTEXT,
     POSITION_PATHS,
     SASL_SSL,
+    STREAM,
     T0,
     TOMBSTONE_KEYS,
     UNIT_SETTINGS,
@@ -73,6 +77,40 @@ def test_two_hundred_seeds_reach_every_path_fault_action_and_option():
     assert {e.settings for e in encodings if e.kind == DEBEZIUM} == {None, *UNIT_SETTINGS}
     assert any(e.tombstones for e in encodings)
     assert all(s.table.keyed and not s.table.routed for s in scenarios if s.table.encoding)
+    assert any(w.group for w in writers)
+
+
+def test_a_stream_started_at_a_connect_group_writes_each_partition_from_the_groups_offset_or_earliest():
+    """`start: group:NAME`: each partition's committed offset none (earliest), within the log or at its end; a
+    live member, a group without any commit (refused, then earliest), a first launch killed once its start is
+    kept; read over each listener, beside the other draws."""
+    scenarios = [draw(seed) for seed in range(400)]
+    started = [(s, i, w) for s in scenarios for i, w in enumerate(s.writers) if w.group]
+    kinds: set[str] = set()
+    for s, i, w in started:
+        group = w.group
+        assert w.path == STREAM and not w.start and w.pins == (not group.refused)
+        assert all(c is None or 1 <= c <= end for c, end in zip(group.committed, group.log_end))
+        kinds |= {MISSING if c is None else LOG_END if c == end else MID_LOG
+                  for c, end in zip(group.committed, group.log_end)}
+        firsts: dict[int, int] = {}
+        for step in s.steps:
+            if isinstance(step, Write) and step.writer == i:
+                for p, start, _ in step.ranges:
+                    firsts.setdefault(p, start)
+        assert firsts == {p: group.committed[p] or 0 for p in firsts} == {p: w.first(p) for p in firsts}
+        assert group.listener == w.listener or not w.mirror
+    assert kinds == {MISSING, MID_LOG, LOG_END}
+    groups = [w.group for _, _, w in started]
+    assert {g.listener for g in groups} == {PLAINTEXT, SASL_SSL, OAUTH}
+    assert all(any(flag(g) for g in groups) for flag in (
+        lambda g: g.member, lambda g: g.killed, lambda g: g.refused, lambda g: not (g.member or g.killed or g.refused)))
+    assert {w.dead_letters for _, _, w in started} == {True, False}
+    assert any(w.mirror for _, _, w in started) and any(len(s.writers) == 2 for s, _, _ in started)
+    first_faults = {next(st.fault for st in s.steps if isinstance(st, Write) and st.writer == i) for s, i, _ in started
+                    if any(isinstance(st, Write) and st.writer == i for st in s.steps)}
+    assert {None, *FAULTS} <= first_faults | {None}
+    assert 0.05 < len({s.seed for s, _, _ in started}) / len(scenarios) < 0.15
 
 
 def test_a_parsed_tables_records_are_what_its_kafka_can_carry():

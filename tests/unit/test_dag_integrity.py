@@ -1,6 +1,7 @@
 """The check most teams run in CI on their DAG folder: a DagBag of the DAG files in an environment with no
-connection, no variable and no database reachable. A secrets backend that refuses every connection
-(tests/refusing_secrets.py) proves the parse asks for none (the DAG processor would ask at every parse)."""
+connection, no variable and no database reachable. A secrets backend that refuses every connection and every
+variable but `streamfill_jobs_file`, and records what it was asked (tests/refusing_secrets.py), proves the parse
+asks for that one variable and nothing else (the DAG processor would ask at every parse)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import textwrap
 
 import pytest
 
-from streamfill import REPO_ROOT
-from streamfill.orchestration import dag_ids
+from streamfill import REPO_ROOT, dag_ids
+from tests.refusing_secrets import ASKED_FILE
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +40,8 @@ def bare_env(tmp_path, **extra: str) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT),
             "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg2://nobody@127.0.0.1:9/none",
-            "AIRFLOW__SECRETS__BACKEND": "tests.refusing_secrets.RefusingSecrets", **extra}
+            "AIRFLOW__SECRETS__BACKEND": "tests.refusing_secrets.RefusingSecrets",
+            ASKED_FILE: str(tmp_path / "secrets-asked.txt"), **extra}
 
 
 def parse(tmp_path, **extra: str) -> dict:
@@ -49,9 +51,17 @@ def parse(tmp_path, **extra: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_dag_files_parse_with_no_connection_variable_or_database(tmp_path):
+def asked(tmp_path) -> set[str]:
+    """What the parse asked the secrets backend for: `variable <key>` or `connection <id>` per lookup."""
+    path = tmp_path / "secrets-asked.txt"
+    return set(path.read_text().splitlines()) if path.exists() else set()
+
+
+def test_the_dag_files_parse_reading_one_variable_and_no_connection_or_database(tmp_path):
     out = parse(tmp_path)
     assert out["errors"] == {}
+    # the jobs file's Variable (docs/infrastructure.md, "Into your Airflow 3"), and no other variable or connection
+    assert asked(tmp_path) == {"variable streamfill_jobs_file"}, asked(tmp_path)
     assert {dag_ids.REPLAY, dag_ids.MAINTENANCE, dag_ids.stream("orders"), dag_ids.interval("orders")} \
         <= set(out["dags"])
     # the tables' assets are named by the documented default: the local stack's database

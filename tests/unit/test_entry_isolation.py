@@ -128,7 +128,7 @@ def test_jobs_check_shows_the_entries_that_load_and_names_every_broken_one(tmp_p
     jobs = write(tmp_path / "jobs.yaml", "jobs:\n" + entry("good") + entry("typo", 'schedule: "0 * * *"')
                  + entry("late", "health: {every_minutes: 120}"))
     done = CliRunner().invoke(app, ["check", str(jobs)])
-    assert done.exit_code == 1, done.output
+    assert done.exit_code == 2, done.output  # bad input: the jobs file (docs/operations.md#exit-codes)
     assert "job good: table good_events" in done.output, done.output
     assert "1 job(s) valid, 2 broken" in done.output, done.output
     assert f"{jobs}: job 'typo': schedule = '0 * * *': is not a cron schedule" in done.output, done.output

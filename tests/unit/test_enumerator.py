@@ -127,3 +127,58 @@ def test_sparks_end_below_its_start_is_the_signal_even_when_the_log_grew_past_th
     plan = e.plan({T0: 500}, end)
     assert plan.bounds == {T0: (0, 20)}
     assert [(x.kind, x.lost_to) for x in plan.losses] == [("offset_went_back", 500)]
+
+
+class GroupBroker(MemoryBroker):
+    """MemoryBroker with one consumer group: its committed offsets and its live members, as a Connect sink leaves
+    them; counts how often the group is read."""
+
+    def __init__(self, logs, committed: dict[TopicPartition, int], members: str = "") -> None:
+        super().__init__(logs)
+        self.committed, self.members, self.reads = committed, members, 0
+        self.kafka = {"bootstrap.servers": "memory"}
+
+    def group_members(self, group, operation):
+        return self.members
+
+    def committed_offsets(self, group, partitions):
+        self.reads += 1
+        return {tp: off for tp, off in self.committed.items() if tp in partitions}
+
+
+def test_a_group_start_takes_each_committed_offset_and_earliest_where_the_group_has_none(caplog):
+    broker = GroupBroker({T0: (0, 100), T1: (5, 80), T2: (7, 9)}, {T0: 60, T1: 80})
+    e = enumerator(broker, startingGroup="connect-jdbc-sink")
+    with caplog.at_level("INFO", logger="streamfill.source"):
+        assert e.initial() == {T0: 60, T1: 80, T2: 7}, "t-2 has no committed offset: its log start, as Connect's"
+    assert "no committed offset for t-2: starting there at the earliest offset" in caplog.text
+    broker.committed = {T0: 0, T1: 0}
+    assert e.initial() == {T0: 60, T1: 80, T2: 7}, "read once"
+    resumed = enumerator(broker, startingGroup="connect-jdbc-sink")
+    assert resumed.initial({T0: 70, T1: 80}) == {T0: 70, T1: 80, T2: 7}, "a job with a position never reads it"
+    assert broker.reads == 1
+
+
+def test_a_group_start_is_refused_while_the_connector_runs_or_when_the_group_committed_nothing():
+    from streamfill.errors import BrokerRefused, OptionError
+
+    running = GroupBroker({T0: (0, 100)}, {T0: 60}, members="connector-consumer-jdbc-sink-0 on /10.0.0.7")
+    with pytest.raises(BrokerRefused) as refused:
+        enumerator(running, startingGroup="connect-jdbc-sink").initial()
+    said = str(refused.value)
+    assert "consumer group 'connect-jdbc-sink'" in said and "connector-consumer-jdbc-sink-0" in said
+    assert "/connectors/jdbc-sink/stop" in said and running.reads == 0
+    with pytest.raises(OptionError, match=r"option startingGroup='connect-jdbc-snik': has no committed offset for "
+                                          r"any partition of t .*connect-<connector name>"):
+        enumerator(GroupBroker({T0: (0, 100)}, {}), startingGroup="connect-jdbc-snik").initial()
+    with pytest.raises(OptionError, match="ends beyond the log: offset 120 of t-0"):
+        enumerator(GroupBroker({T0: (0, 100)}, {T0: 120}), startingGroup="g").initial()
+
+
+def test_a_group_start_is_a_streams_alone():
+    from streamfill.errors import OptionError
+
+    with pytest.raises(OptionError, match="is a stream's start, not a bounded read's"):
+        parse({"kafka.bootstrap.servers": "memory", "subscribe": "t", "startingGroup": "g"}, streaming=False)
+    with pytest.raises(OptionError, match="is given with startingOffsets: a stream has one start"):
+        enumerator(MemoryBroker({T0: (0, 1)}), startingGroup="g", startingOffsets="earliest")

@@ -70,8 +70,10 @@ def test_a_jobs_file_error_is_a_refusal_and_an_outage_is_left_to_the_retries():
 def test_a_spark_submitted_jobs_exit_code_says_what_ended_it_and_the_task_reads_it():
     from dataclasses import dataclass
 
-    from streamfill.console import JOB_EXIT_CODES, fail, refusals
-    from streamfill.errors import OUTAGE, REFUSAL, StreamfillError
+    from sqlalchemy.exc import OperationalError
+
+    from streamfill.console import EXIT_CODES, fail, refusals
+    from streamfill.errors import BAD_INPUT, HELD, OUTAGE, REFUSAL, StreamfillError
     from streamfill.offsets_db.engine import OffsetsDbUnreachable
     from streamfill.orchestration.failures import launch_failed
     from streamfill.spark_jobs.job_flags import submit_main
@@ -92,13 +94,20 @@ def test_a_spark_submitted_jobs_exit_code_says_what_ended_it_and_the_task_reads_
             submit_main(Args, launch, ["--job", "a"], "job.py")
         return stop.value.code
 
-    assert ended_by(JobBusy("held")) == JOB_EXIT_CODES[REFUSAL]
-    assert ended_by(OffsetsDbUnreachable("postgresql://db/x", OSError("refused"))) == JOB_EXIT_CODES[OUTAGE]
+    # the same codes as the `streamfill` command's (docs/operations.md#exit-codes)
+    assert ended_by(OptionError("--from", "x", "is not a position", "use earliest")) == EXIT_CODES[BAD_INPUT] == 2
+    assert ended_by(Fenced("job 'a' was taken over")) == EXIT_CODES[REFUSAL] == 78
+    assert ended_by(JobBusy("held")) == EXIT_CODES[HELD] == 73
+    assert ended_by(OffsetsDbUnreachable("postgresql://db/x", OSError("refused"))) == EXIT_CODES[OUTAGE] == 75
+    assert ended_by(OperationalError("SELECT 1", {}, OSError("connection refused"))) == EXIT_CODES[OUTAGE]
     assert ended_by(StreamfillError("stream 'a' failed: executor lost")) == 1
-    assert fail(JobBusy("held")).code == 1  # the CLI's commands keep exit code 1 for every failure
+    assert ended_by(RuntimeError("a bug")) == 1
+    assert fail(JobBusy("held")).code == EXIT_CODES[HELD]  # as the `streamfill` command's
 
-    assert isinstance(launch_failed("stream.py", JOB_EXIT_CODES[REFUSAL]), AirflowFailException)
-    for code in (JOB_EXIT_CODES[OUTAGE], 1, 137):
+    for kind in (BAD_INPUT, REFUSAL, HELD):  # its retries cannot help: a held job's launch already waited
+        assert isinstance(launch_failed("stream.py", EXIT_CODES[kind]), AirflowFailException), kind
+    assert "held by another launch" in str(launch_failed("stream.py", EXIT_CODES[HELD]))
+    for code in (EXIT_CODES[OUTAGE], 1, 137):
         failed = launch_failed("stream.py", code)
         assert isinstance(failed, AirflowException) and not isinstance(failed, AirflowFailException)
 
@@ -234,6 +243,47 @@ def test_the_sensor_defers_to_a_trigger_that_serializes_its_point_and_refuses_a_
         sensor.execute_complete({}, {"status": "refused", "message": "job 'x' is not valid"})
     with pytest.raises(ValueError, match="exactly one of offsets, time and other_job"):
         CommittedThroughSensor(task_id="both", job="orders", other_job="b", time="2026-01-01T00:00:00")
+
+
+def test_a_detached_streams_supervision_reads_the_jobs_file_its_task_pinned_not_the_triggerers(tmp_path,
+                                                                                                monkeypatch):
+    """The triggerer has neither the Variable streamfill_jobs_file nor the task's STREAMFILL_JOBS_FILE: the trigger
+    carries the file the task read its entry from, and follows a change made there."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from streamfill.orchestration.jobs_file_variable import ENV
+    from streamfill.orchestration.stream_operator import StreamfillStreamOperator
+    from streamfill.orchestration.stream_supervision import StreamSupervision
+    from streamfill.spark_jobs import stream_detached
+
+    def entry(columns: str) -> str:
+        return f"jobs:\n  a:\n    topic: a\n    table: a\n    columns: {{{columns}}}\n"
+
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(entry("id: {type: string}"))
+    monkeypatch.setenv(ENV, str(tmp_path / "not-this-one.yaml"))
+    monkeypatch.setenv("AIRFLOW_VAR_STREAMFILL_JOBS_FILE", str(jobs))  # the Variable names the file, as in a team's
+    monkeypatch.setattr(stream_detached, "start_detached", lambda *args, **kwargs: SimpleNamespace(
+        run_id=7, describe=lambda: "stream a runs detached"))
+    task = StreamfillStreamOperator(task_id="stream", entry="a")
+    spec = task.entry_spec()
+    ends = SimpleNamespace(spark_remote="sc://spark:15002", kafka={}, db_url="postgresql://db/x")
+    with pytest.raises(TaskDeferred) as deferred:
+        task.detach(spec, ends, restarts=0)
+    path, kwargs = deferred.value.trigger.serialize()
+    assert path == "streamfill.orchestration.stream_supervision.StreamSupervision"
+    assert kwargs["jobs_file"] == str(jobs)
+
+    # on the triggerer: no Variable, and STREAMFILL_JOBS_FILE (if any) names another file or none
+    monkeypatch.delenv("AIRFLOW_VAR_STREAMFILL_JOBS_FILE")
+    monkeypatch.delenv(ENV)
+    trigger = StreamSupervision(**json.loads(json.dumps(kwargs)))
+    assert trigger.serialize() == (path, kwargs)
+    assert trigger._entry_changed() is None, "the entry the stream runs is the file's"
+    jobs.write_text(entry("id: {type: string}, amount: {type: double}"))
+    assert trigger._entry_changed() == "the jobs file's entry changed"
 
 
 def test_the_offsets_hook_reads_offsets_db_through_the_postgres_connection_it_is_given(monkeypatch):

@@ -30,8 +30,8 @@ def test_consumed_ranges_merge_per_partition():
 
 
 def test_a_run_conf_key_that_is_not_a_form_field_is_refused_with_the_nearest_field():
+    from streamfill.dag_ids import REPLAY
     from streamfill.errors import OptionError
-    from streamfill.orchestration.dag_ids import REPLAY
     from streamfill.orchestration.form_checks import refuse_unknown_conf
 
     fields = {"job": "orders", "from": "earliest", "to": "latest", "table": None}

@@ -98,8 +98,8 @@ BAD = [
     ("columns: {a: {type: int}}\n    health: {max_lagg: 1}", "health.max_lagg\n  is not a setting here: did you "
                                                             "mean 'max_lag'?"),
     ("columns: {a: {type: int}}\n    trigger: soon", "trigger 'soon' is not a trigger"),
-    ("columns: {a: {type: int}}\n    start: yesterday", "start 'yesterday' is not a start; use earliest, latest or "
-                                                       "an ISO-8601 time"),
+    ("columns: {a: {type: int}}\n    start: yesterday", "start 'yesterday' is not a start; use earliest, latest, "
+                                                       "an ISO-8601 time ('2026-11-22T10:00:00Z') or group:NAME"),
     ("columns: {a: {type: int}}\n    start: '{\"0\": 5}'", "is not a start of a whole stream"),
     ("columns: {a: {type: int}}\n    start: '2999-01-01T00:00:00Z'", "is in the future"),
     ("columns: {a: {type: int, max: 2.5}}", "max 2.5 is not a whole number that fits int"),
@@ -211,7 +211,7 @@ def test_an_error_message_with_brackets_is_printed_whole(capsys):
     from streamfill.errors import OptionError
 
     exit_ = fail(OptionError("key", ["nope"], "names no declared column", "name declared columns, e.g. key: [a]"))
-    assert exit_.code == 1
+    assert exit_.code == 2  # bad input (docs/operations.md#exit-codes)
     assert "name declared columns, e.g. key: [a]" in capsys.readouterr().err.replace("\n", " ")
 
 

@@ -264,8 +264,10 @@ def test_jobs_check_shows_the_position_the_deletes_and_each_route_table(tmp_path
         assert all(" ".join(s.split()) in flat for s in shown), result.output
 
 
-def test_the_quality_of_a_routed_entry_checks_its_first_table_by_that_tables_rules_and_key(tmp_path):
-    from streamfill.spark_jobs.pipelines.expectations import from_rules
+def test_the_quality_of_a_routed_entry_checks_each_table_by_that_tables_rules_and_key(tmp_path):
+    from streamfill.errors import OptionError
+    from streamfill.spark_jobs.pipelines.expectations import extra, from_rules
+    from streamfill.spark_jobs.quality import checked_tables
 
     first_own = EVENTS.replace("        order: orders\n        refund:", "        refund:").replace(
         "        7: orders\n", "        order: orders\n")
@@ -274,6 +276,26 @@ def test_the_quality_of_a_routed_entry_checks_its_first_table_by_that_tables_rul
     made = [(type(e).__name__, getattr(e, "column", None)) for e in from_rules(spec)]
     assert made == [("ExpectColumnValuesToNotBeNull", "refund_id"), ("UnexpectedRowsExpectation", None)]
     assert "key (refund_id) is unique" in from_rules(spec)[-1].description
+
+    # every table once, each with its own rules and key; one of them alone; a table not the entry's is refused
+    tables = checked_tables(spec, None)
+    assert [name for name, _ in tables] == ["sales.refunds", "orders", "other_events"]
+    orders = [(type(e).__name__, getattr(e, "column", None)) for e in from_rules(spec, tables[1][1])]
+    assert orders == [("ExpectColumnValuesToNotBeNull", "event_id"), ("ExpectColumnValuesToBeBetween", "amount"),
+                      ("UnexpectedRowsExpectation", None)]
+    assert "key (event_id) is unique" in from_rules(spec, tables[1][1])[-1].description
+    assert [name for name, _ in checked_tables(spec, "orders")] == ["orders"]
+    assert [name for name, _ in checked_tables(entry(tmp_path, EVENTS), None)] == [
+        "orders", "sales.refunds", "other_events"], "a table two route values share is checked once"
+    with pytest.raises(OptionError, match="option table='sales.orders': is not one of the tables of the routed job"):
+        checked_tables(spec, "sales.orders")
+
+    # an entry's quality: list goes to the tables that have its columns, and names columns one of them has
+    listed = entry(tmp_path, first_own + "    quality:\n      - expect_column_values_to_be_unique: {column: event_id}\n")
+    assert [len(extra(listed, routed)) for _, routed in checked_tables(listed, None)] == [0, 1, 1]
+    typo = entry(tmp_path, first_own + "    quality:\n      - expect_column_values_to_be_unique: {column: evnt_id}\n")
+    with pytest.raises(OptionError, match="names evnt_id, which no table of the routed job 'events' has"):
+        extra(typo)
 
 
 DATA = Path(__file__).parents[1] / "data"

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from streamfill.connectors.kafka.offsets import Earliest, GlobalTimestamp, Latest, parse_start, start_option
+from streamfill.connectors.kafka.offsets import (
+    Earliest,
+    GlobalTimestamp,
+    GroupOffsets,
+    Latest,
+    parse_start,
+    start_option,
+)
 from streamfill.errors import OptionError
 
 pytestmark = pytest.mark.unit
@@ -15,8 +22,10 @@ pytestmark = pytest.mark.unit
     (" LATEST ", Latest(), ("startingOffsets", "latest")),
     ("2026-01-01T00:00:00Z", GlobalTimestamp(1767225600000), ("startingTimestamp", "1767225600000")),
     ("2026-01-01T01:00:00+01:00", GlobalTimestamp(1767225600000), ("startingTimestamp", "1767225600000")),
+    ("group:connect-jdbc-sink", GroupOffsets("connect-jdbc-sink"), ("startingGroup", "connect-jdbc-sink")),
+    (" Group: connect-Orders.v2 ", GroupOffsets("connect-Orders.v2"), ("startingGroup", "connect-Orders.v2")),
 ])
-def test_a_start_is_earliest_latest_or_a_time_and_becomes_the_sources_option(raw, spec, option):
+def test_a_start_is_earliest_latest_a_time_or_a_group_and_becomes_the_sources_option(raw, spec, option):
     assert parse_start(raw, "--start") == spec
     assert start_option(spec) == option
 
@@ -25,12 +34,14 @@ def test_a_start_is_earliest_latest_or_a_time_and_becomes_the_sources_option(raw
     ("yesterday", "is not a start"),
     ('{"orders": {"0": 5}}', "is not a start of a whole stream"),
     ("2999-01-01T00:00:00Z", "is in the future"),
+    ("group:", "names no consumer group"),
+    ("group:  ", "names no consumer group"),
 ])
 def test_anything_else_is_refused_naming_the_value_and_the_three_forms(raw, problem):
     with pytest.raises(OptionError) as err:
         parse_start(raw, "--start")
     assert err.value.option == "--start" and err.value.value == raw and problem in str(err.value)
-    assert "earliest" in err.value.fix
+    assert "earliest" in err.value.fix or "group:NAME" in err.value.fix
 
 
 def test_the_flag_wins_over_the_entry_and_the_entry_over_earliest(tmp_path, monkeypatch):
@@ -46,6 +57,8 @@ def test_the_flag_wins_over_the_entry_and_the_entry_over_earliest(tmp_path, monk
         "startingTimestamp", "1767225600000")
     with pytest.raises(OptionError, match="--start 'soon' is not a start"):
         StreamArgs.from_flags(job="old", start="soon")
+    assert StreamArgs.from_flags(job="old", start="group:connect-old").start_option == ("startingGroup",
+                                                                                         "connect-old")
 
 
 def test_the_checkpoint_lives_under_the_entrys_checkpoint_dir_and_a_url_stays_a_url(tmp_path, monkeypatch):

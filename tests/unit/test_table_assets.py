@@ -76,7 +76,7 @@ def test_each_entry_announces_through_a_continuous_dag_whose_task_starts_on_the_
         airflow_env):
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from streamfill.orchestration import dag_ids
+    from streamfill import dag_ids
     from streamfill.orchestration.dags import build
 
     dags = build()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from streamfill.orchestration import dag_ids
+from streamfill import dag_ids
 from streamfill.orchestration.ui.access import Access, dags_of
 from streamfill.spark_jobs.pipelines import PipelineSpec
 

@@ -1,5 +1,6 @@
 """The DAG ids streamfill gives each pipeline entry, in one place: the DAG factory names its DAGs with them,
-`streamfill jobs list` shows them, and the streamfill page asks Airflow's auth manager about them."""
+`streamfill jobs list` shows them (without Airflow installed too, hence here and not on the Airflow side), and the
+streamfill page asks Airflow's auth manager about them."""
 
 from __future__ import annotations
 
