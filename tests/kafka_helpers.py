@@ -53,3 +53,25 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     finally:
         consumer.close()
+
+
+def commit_as_connect(kafka: str | dict, group: str, topic: str, offsets: dict[int, int],
+                      timeout_s: float = 180) -> None:
+    """Commit `offsets` (partition -> next offset to read) in consumer group `group` from a consumer of that group,
+    as a Kafka Connect sink's task does when it closes its partitions; asked until the group's coordinator answers.
+    `kafka`: bootstrap servers, or a client configuration (a secured listener's)."""
+    from confluent_kafka import KafkaException
+
+    conf = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+                return
+            except KafkaException:
+                assert time.monotonic() < deadline, f"the broker's group coordinator did not answer for group {group}"
+                time.sleep(0.5)
+    finally:
+        consumer.close()

@@ -377,8 +377,7 @@ def of_connect(schema: object) -> Converter | None:
         return semantic
     kind = schema.get("type")
     if kind == "struct":
-        fields = {f["field"]: of_connect(f) for f in schema.get("fields") or ()
-                  if isinstance(f, Mapping) and isinstance(f.get("field"), str)}
+        fields = {name: of_connect(field) for name, field in fields_of_connect(schema).items()}
         return _struct({k: c for k, c in fields.items() if c is not None})
     if kind == "array":
         return _array(of_connect(schema.get("items")))

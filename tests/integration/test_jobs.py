@@ -23,7 +23,7 @@ from streamfill.errors import OptionError, SinkError
 from streamfill.spark_jobs import backfill, quality, stream
 from streamfill.spark_jobs.demo import events
 from streamfill.spark_jobs.demo.produce import ensure_topic, produce
-from tests.kafka_helpers import consume_all
+from tests.kafka_helpers import commit_as_connect, consume_all
 from tests.kafka_helpers import produce as produce_records
 from tests.lineage_receiver import receiver
 
@@ -519,26 +519,6 @@ def test_a_new_stream_starts_where_its_entry_says_and_keeps_that_start_until_its
     assert {r[0] for r in query(db, f'SELECT event_id FROM "{topic_name}_since"')} == arrived
     assert query(db, "SELECT count(*) FROM batches b JOIN jobs j ON j.id = b.job_id WHERE j.name = :j "
                      "AND b.committed_at IS NULL", j=f"{topic_name}-t") == [(0,)]
-
-
-def commit_as_connect(bootstrap: str, group: str, topic: str, offsets: dict[int, int], timeout_s: float = 180) -> None:
-    """Commit `offsets` (partition -> next offset to read) in consumer group `group` from a consumer of that group,
-    as a Kafka Connect sink's task does when it closes its partitions; asked until the group's coordinator answers."""
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KTopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                consumer.commit(offsets=[KTopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-                return
-            except KafkaException:
-                assert time.monotonic() < deadline, f"the broker's group coordinator did not answer for group {group}"
-                time.sleep(0.5)
-    finally:
-        consumer.close()
 
 
 def test_a_stream_takes_over_from_a_stopped_kafka_connect_sink_at_its_groups_offsets_each_record_once(

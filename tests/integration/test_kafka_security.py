@@ -295,27 +295,14 @@ def test_a_group_start_reads_a_groups_offsets_over_sasl_ssl_and_refuses_a_user_w
     """`start: group:NAME` on the SASL_SSL listener (no Spark: what the source asks the broker at a first launch):
     the group's committed offset where it has one, earliest where not; a user without DESCRIBE on the group is
     refused, named, with the ACL to ask for."""
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KTopicPartition
-
     from streamfill.connectors.kafka import group_start
     from streamfill.connectors.kafka.offsets import EARLIEST, SpecificOffsets
+    from tests.kafka_helpers import commit_as_connect
 
     ensure_topic(secured, topic_name, 2)
     produce(secured, topic_name, 40, seed=7)
     group = f"connect-{topic_name}-sink"
-    committer = Consumer({**secured, "group.id": group, "enable.auto.commit": False})
-    deadline = time.monotonic() + 180
-    try:
-        while True:  # as a Connect sink's task commits when it stops; the group's coordinator may still be loading
-            try:
-                committer.commit(offsets=[KTopicPartition(topic_name, 0, 7)], asynchronous=False)
-                break
-            except KafkaException:
-                assert time.monotonic() < deadline, f"the group coordinator did not answer for {group}"
-                time.sleep(0.5)
-    finally:
-        committer.close()
+    commit_as_connect(secured, group, topic_name, {0: 7})  # as a Connect sink's task commits when it stops
     partitions = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
     assert group_start.offsets_of(group, partitions, Broker(secured)) == SpecificOffsets(
         ((partitions[0], 7), (partitions[1], EARLIEST)))
