@@ -50,9 +50,23 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-probe"})
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        return {p: _log_end(consumer, TopicPartition(topic, p)) for p in parts}
     finally:
         consumer.close()
+
+
+def _log_end(consumer: Consumer, tp: TopicPartition, timeout_s: float = 60) -> int:
+    """A partition's log end, asked again while a just-created topic's leaders are still being elected."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def commit_as_connect(kafka: str | dict, group: str, topic: str, offsets: dict[int, int],
